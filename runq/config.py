@@ -1,0 +1,468 @@
+"""TOML + environment → one frozen ``Config``. Every error names the key.
+
+Order: built-in defaults, then the file (``--config FILE``, else ``RUNQ_CONFIG``), then
+``RUNQ_<SECTION>_<KEY>`` variables for known keys (``RUNQ_STORE_URL``,
+``RUNQ_HTTP_JWT_SECRET``); other ``RUNQ_*`` variables are ignored. An unknown key in the
+file is an error that suggests the nearest known one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import msgspec
+
+from runq.errors import ConfigError
+from runq.model import COMPONENT_TYPES
+
+TRANSPORTS = ("sync", "local", "postgres")
+PRIVACY_LEVELS = ("none", "metadata", "redacted", "full")
+AUTH_MODES = ("open", "key", "jwt")
+JWT_ALGORITHMS = ("HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "ES256", "ES384", "ES512")
+BUDGET_SCOPES = ("user", "configuration", "both")
+BUDGET_PERIODS = ("day", "month")
+COMPONENT_KINDS = ("http", "openai-chat")
+_SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_HANDLER_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_SECRET_REF_RE = re.compile(r"^(env:[A-Za-z_]\w*|file:.+)$")
+
+
+class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    url: str = "sqlite:///runq.db"
+    schema: str = "runq"
+
+
+class QueueConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    max_attempts: int = 1
+    retry_delay_seconds: float = 30.0
+    timeout_seconds: float = 3600.0
+    lock_grace_seconds: float = 60.0
+    stop_timeout_seconds: float | None = None
+    poll_interval: float = 1.0
+    max_concurrency: int = 32
+    max_queue_depth: int = 1000
+    retention_seconds: float = 86400.0
+    paused_retention_seconds: float = 0.0
+    retention_interval_seconds: float = 3600.0
+    deployment_id: str = ""
+    serialize_sessions: bool = True
+    worker: bool = True
+
+    @property
+    def heartbeat_interval(self) -> float:
+        return self.lock_grace_seconds / 3
+
+    @property
+    def effective_stop_timeout(self) -> float:
+        if self.stop_timeout_seconds is not None:
+            return self.stop_timeout_seconds
+        return min(30.0, self.lock_grace_seconds - 1)
+
+    @property
+    def deployment(self) -> str | None:
+        return self.deployment_id or None
+
+
+class ReaperConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    limit: int = 50
+
+
+class JwtConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    secret: str = "env:RUNQ_JWT_SECRET"
+    public_key: str = ""
+    algorithms: tuple[str, ...] = ("HS256",)
+    issuer: str = ""
+    audience: str = ""
+    leeway_seconds: float = 30.0
+    scopes_claim: str = "scope"
+    admin_scope: str = "runq:admin"
+    approve_scope: str = "runq:approve"
+
+
+class HttpConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    listen: str = "127.0.0.1:7777"
+    auth: str = "open"
+    allow_open_on_public: bool = False
+    key: str = "env:RUNQ_API_KEY"
+    max_body_bytes: int = 1_048_576
+    jwt: JwtConfig = JwtConfig()
+
+    @property
+    def host_port(self) -> tuple[str, int] | None:
+        return split_listen(self.listen) if self.listen else None
+
+
+class SealConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    keys: tuple[str, ...] = ()
+
+
+class CliConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    service_account: str = "cli"
+
+
+class BudgetLimit(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    scope: str = "user"
+    period: str = "day"
+    max_cost: float | None = None
+    max_tokens: int | None = None
+    max_runs: int | None = None
+
+
+class BudgetConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    timezone: str = "UTC"
+    limits: tuple[BudgetLimit, ...] = ()
+
+
+class PrivacyConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    level: str = "metadata"
+    redacted_max_chars: int = 4000
+
+
+class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    store: StoreConfig = StoreConfig()
+    queue: QueueConfig = QueueConfig()
+    reaper: ReaperConfig = ReaperConfig()
+    http: HttpConfig = HttpConfig()
+    seal: SealConfig = SealConfig()
+    cli: CliConfig = CliConfig()
+    budget: BudgetConfig = BudgetConfig()
+    privacy: PrivacyConfig = PrivacyConfig()
+    routing: dict[str, str] = {}
+    components: dict[str, str | dict[str, Any]] = {}
+
+    def with_store_url(self, url: str) -> Config:
+        return msgspec.structs.replace(self, store=msgspec.structs.replace(self.store, url=url))
+
+
+#: Sections whose keys are free-form (maps), not fixed fields.
+_FREE_SECTIONS = frozenset({"routing", "components"})
+
+
+def _struct_fields(struct_type: type[msgspec.Struct]) -> dict[str, Any]:
+    return {f.name: f.type for f in msgspec.structs.fields(struct_type)}
+
+
+def _known_keys() -> dict[str, type[msgspec.Struct] | None]:
+    """Dotted section name → its Struct (None for free-form maps)."""
+    sections: dict[str, type[msgspec.Struct] | None] = {}
+    for name, typ in _struct_fields(Config).items():
+        if name in _FREE_SECTIONS:
+            sections[name] = None
+        else:
+            sections[name] = typ
+    sections["http.jwt"] = JwtConfig
+    return sections
+
+
+def _suggest(word: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else f"; known: {', '.join(sorted(options))}"
+
+
+def _check_unknown_keys(data: Mapping[str, Any]) -> None:
+    sections = _known_keys()
+    top = [s for s in sections if "." not in s]
+    for name, value in data.items():
+        if name not in sections:
+            raise ConfigError(name, f"unknown section{_suggest(name, top)}")
+        struct = sections[name]
+        if struct is None:
+            continue
+        if name == "budget" and isinstance(value, Mapping):
+            for i, limit in enumerate(value.get("limits", []) or []):
+                if isinstance(limit, Mapping):
+                    _check_table(f"budget.limits[{i}]", limit, BudgetLimit)
+        if isinstance(value, Mapping):
+            _check_table(name, value, struct)
+
+
+def _check_table(prefix: str, table: Mapping[str, Any], struct: type[msgspec.Struct]) -> None:
+    fields = list(_struct_fields(struct))
+    for key, value in table.items():
+        if key not in fields:
+            raise ConfigError(f"{prefix}.{key}", f"unknown key{_suggest(key, fields)}")
+        if prefix == "http" and key == "jwt" and isinstance(value, Mapping):
+            _check_table("http.jwt", value, JwtConfig)
+
+
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """``RUNQ_<SECTION>_<KEY>`` for known scalar/list keys only; others are ignored."""
+    found: dict[str, dict[str, str]] = {}
+    for section, struct in _known_keys().items():
+        if struct is None:
+            continue
+        for key, typ in _struct_fields(struct).items():
+            if isinstance(typ, type) and issubclass(typ, msgspec.Struct):
+                continue
+            env_name = "RUNQ_" + f"{section}_{key}".replace(".", "_").upper()
+            if env_name in environ:
+                found.setdefault(section, {})[key] = environ[env_name]
+    return found
+
+
+def _coerce_env(section: str, key: str, raw: str) -> Any:
+    struct = _known_keys()[section]
+    assert struct is not None
+    typ = _struct_fields(struct)[key]
+    text = str(typ)
+    if "tuple" in text or "list" in text:
+        raw = raw.strip()
+        if raw.startswith("["):
+            try:
+                return msgspec.json.decode(raw)
+            except msgspec.DecodeError as e:
+                raise ConfigError(f"{section}.{key}", f"environment value is not a JSON list: {e}") from e
+        return [part.strip() for part in raw.split(",") if part.strip()]
+    if typ is bool:
+        lowered = raw.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{section}.{key}", f"{raw!r} is not a boolean (true/false)")
+    if typ is int or typ is float or "float" in text or "int" in text:
+        try:
+            number = float(raw)
+        except ValueError as e:
+            raise ConfigError(f"{section}.{key}", f"{raw!r} is not a number") from e
+        return int(number) if typ is int and number.is_integer() else number
+    return raw
+
+
+def _merge(data: dict[str, Any], overrides: dict[str, dict[str, str]]) -> dict[str, Any]:
+    merged = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in data.items()}
+    for section, values in overrides.items():
+        parts = section.split(".")
+        target = merged
+        for part in parts:
+            nxt = target.get(part)
+            if not isinstance(nxt, dict):
+                nxt = {}
+                target[part] = nxt
+            else:
+                nxt = dict(nxt)
+                target[part] = nxt
+            target = nxt
+        for key, raw in values.items():
+            target[key] = _coerce_env(section, key, raw)
+    return merged
+
+
+_PATH_RE = re.compile(r"at `\$\.?(?P<path>[^`]*)`")
+
+
+def _decode(data: Mapping[str, Any]) -> Config:
+    try:
+        return msgspec.convert(data, Config, strict=False)
+    except msgspec.ValidationError as e:
+        message = str(e)
+        match = _PATH_RE.search(message)
+        key = match.group("path") if match else "config"
+        key = re.sub(r"\[(\d+)\]", r"[\1]", key) or "config"
+        reason = _PATH_RE.sub("", message).rstrip(" -")
+        raise ConfigError(key, reason) from e
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    store_url: str | None = None,
+) -> Config:
+    """Load and validate. ``path`` None falls back to ``RUNQ_CONFIG``, then to defaults."""
+    env = os.environ if environ is None else environ
+    file_path = path if path is not None else env.get("RUNQ_CONFIG") or None
+    data: dict[str, Any] = {}
+    if file_path is not None:
+        data = read_toml(Path(file_path))
+        _check_unknown_keys(data)
+    data = _merge(data, _env_overrides(env))
+    config = _decode(data)
+    if store_url:
+        config = config.with_store_url(store_url)
+    validate(config)
+    return config
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as e:
+        raise ConfigError("--config", f"{path}: no such file") from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError("--config", f"{path}: cannot read ({e})") from e
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("--config", f"{path}: not valid TOML ({e})") from e
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    host, sep, port_text = listen.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ConfigError("http.listen", f"{listen!r} is not 'host:port' (e.g. '127.0.0.1:7777')")
+    return host.strip("[]"), int(port_text)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def store_engine(url: str) -> str:
+    if url.startswith("sqlite:///") or url == "sqlite://:memory:":
+        return "sqlite"
+    if url.startswith(("postgresql://", "postgres://")):
+        return "postgres"
+    raise ConfigError(
+        "store.url",
+        f"{redact_url(url)!r} is neither 'sqlite:///path.db' nor 'postgresql://user@host:port/db'",
+    )
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url)
+
+
+# -- validation ----------------------------------------------------------------------------
+
+
+def _require(ok: bool, key: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(key, message)
+
+
+def validate(config: Config) -> None:
+    _validate_store(config.store)
+    _validate_queue(config.queue)
+    q = config.reaper
+    _require(1 <= q.limit <= 10_000, "reaper.limit", f"{q.limit} must be between 1 and 10000")
+    _validate_http(config.http)
+    for i, ref in enumerate(config.seal.keys):
+        _require(bool(_SECRET_REF_RE.match(ref)), f"seal.keys[{i}]", f"{ref!r} must be 'env:NAME' or 'file:/path'")
+    _require(bool(config.cli.service_account.strip()), "cli.service_account", "must not be empty")
+    _validate_budget(config.budget)
+    p = config.privacy
+    _require(p.level in PRIVACY_LEVELS, "privacy.level", f"{p.level!r} is not one of {', '.join(PRIVACY_LEVELS)}")
+    _require(p.redacted_max_chars >= 16, "privacy.redacted_max_chars", "must be at least 16")
+    _validate_routing(config)
+    _validate_components(config.components)
+
+
+def _validate_store(s: StoreConfig) -> None:
+    store_engine(s.url)
+    _require(
+        bool(_SCHEMA_RE.match(s.schema)),
+        "store.schema",
+        f"{s.schema!r} must be a lower-case SQL identifier ([a-z_][a-z0-9_]*)",
+    )
+
+
+def _validate_queue(q: QueueConfig) -> None:
+    _require(q.max_attempts >= 1, "queue.max_attempts", f"{q.max_attempts} must be >= 1")
+    _require(q.retry_delay_seconds >= 0, "queue.retry_delay_seconds", "must be >= 0")
+    _require(q.timeout_seconds > 0, "queue.timeout_seconds", "must be > 0")
+    _require(q.lock_grace_seconds >= 3, "queue.lock_grace_seconds", f"{q.lock_grace_seconds} must be >= 3")
+    if q.stop_timeout_seconds is not None:
+        _require(
+            0 <= q.stop_timeout_seconds < q.lock_grace_seconds,
+            "queue.stop_timeout_seconds",
+            f"{q.stop_timeout_seconds} must be >= 0 and < queue.lock_grace_seconds ({q.lock_grace_seconds})",
+        )
+    _require(q.poll_interval > 0, "queue.poll_interval", f"{q.poll_interval} must be > 0")
+    _require(1 <= q.max_concurrency <= 10_000, "queue.max_concurrency", "must be between 1 and 10000")
+    _require(q.max_queue_depth >= 0, "queue.max_queue_depth", "must be >= 0 (0 = unbounded)")
+    _require(q.retention_seconds > 0, "queue.retention_seconds", "must be > 0")
+    _require(q.paused_retention_seconds >= 0, "queue.paused_retention_seconds", "must be >= 0")
+    _require(q.retention_interval_seconds > 0, "queue.retention_interval_seconds", "must be > 0")
+    _require(len(q.deployment_id) <= 200, "queue.deployment_id", "must be at most 200 characters")
+
+
+def _validate_http(h: HttpConfig) -> None:
+    _require(h.auth in AUTH_MODES, "http.auth", f"{h.auth!r} is not one of {', '.join(AUTH_MODES)}")
+    _require(h.max_body_bytes >= 1024, "http.max_body_bytes", "must be at least 1024")
+    if h.listen:
+        host, _ = split_listen(h.listen)
+        if h.auth == "open" and not is_loopback(host) and not h.allow_open_on_public:
+            raise ConfigError(
+                "http.auth",
+                f"'open' on the non-loopback address {host!r} is refused; use 'key' or 'jwt', "
+                "or set http.allow_open_on_public = true",
+            )
+    if h.auth == "key":
+        _require(bool(_SECRET_REF_RE.match(h.key)), "http.key", f"{h.key!r} must be 'env:NAME' or 'file:/path'")
+    if h.auth == "jwt":
+        j = h.jwt
+        _require(bool(j.algorithms), "http.jwt.algorithms", "must name at least one algorithm")
+        for alg in j.algorithms:
+            _require(alg in JWT_ALGORITHMS, "http.jwt.algorithms", f"{alg!r} is not one of {', '.join(JWT_ALGORITHMS)}")
+        symmetric = {a.startswith("HS") for a in j.algorithms}
+        _require(len(symmetric) == 1, "http.jwt.algorithms", "do not mix HS* with RS*/ES* algorithms")
+        if symmetric == {True}:
+            _require(bool(_SECRET_REF_RE.match(j.secret)), "http.jwt.secret", f"{j.secret!r} must be 'env:NAME' or 'file:/path'")
+        else:
+            _require(
+                bool(_SECRET_REF_RE.match(j.public_key)),
+                "http.jwt.public_key",
+                "RS*/ES* algorithms need public_key = 'file:/path' (or 'env:NAME')",
+            )
+        _require(j.leeway_seconds >= 0, "http.jwt.leeway_seconds", "must be >= 0")
+        _require(bool(j.scopes_claim), "http.jwt.scopes_claim", "must not be empty")
+
+
+def _validate_budget(b: BudgetConfig) -> None:
+    try:
+        ZoneInfo(b.timezone)
+    except (ZoneInfoNotFoundError, ValueError) as e:
+        raise ConfigError("budget.timezone", f"{b.timezone!r} is not a known IANA time zone") from e
+    for i, limit in enumerate(b.limits):
+        key = f"budget.limits[{i}]"
+        _require(limit.scope in BUDGET_SCOPES, f"{key}.scope", f"{limit.scope!r} is not one of {', '.join(BUDGET_SCOPES)}")
+        _require(limit.period in BUDGET_PERIODS, f"{key}.period", f"{limit.period!r} is not one of {', '.join(BUDGET_PERIODS)}")
+        caps = (limit.max_cost, limit.max_tokens, limit.max_runs)
+        _require(any(c is not None for c in caps), key, "needs at least one of max_cost, max_tokens, max_runs")
+        for name, cap in zip(("max_cost", "max_tokens", "max_runs"), caps, strict=True):
+            _require(cap is None or cap >= 0, f"{key}.{name}", "must be >= 0")
+
+
+def _validate_routing(config: Config) -> None:
+    engine = store_engine(config.store.url)
+    for pattern, transport in config.routing.items():
+        key = f'routing."{pattern}"'
+        _require(transport in TRANSPORTS, key, f"{transport!r} is not one of {', '.join(TRANSPORTS)}")
+        _require(
+            pattern == "*" or bool(re.match(r"^[a-z]+/(\*|[\w.\-*]+)$", pattern)),
+            key,
+            "a pattern is '*', 'type/*' or 'type/id'",
+        )
+        if transport == "postgres":
+            _require(engine == "postgres", key, "the postgres transport needs a PostgreSQL store.url")
+
+
+def _validate_components(components: Mapping[str, Any]) -> None:
+    for name, spec in components.items():
+        key = f'components."{name}"'
+        ctype, sep, cid = name.partition("/")
+        _require(
+            bool(sep and cid) and ctype in COMPONENT_TYPES,
+            key,
+            f"a component is 'type/id' with type one of {', '.join(sorted(COMPONENT_TYPES))}",
+        )
+        if isinstance(spec, str):
+            _require(bool(_HANDLER_RE.match(spec)), key, f"{spec!r} is not 'module:function'")
+        else:
+            kind = spec.get("kind")
+            _require(kind in COMPONENT_KINDS, f"{key}.kind", f"{kind!r} is not one of {', '.join(COMPONENT_KINDS)}")

@@ -1,0 +1,388 @@
+"""The run, its statuses and the transition table of DESIGN §3, as data both engines use.
+
+Times are epoch seconds (float) read from the database clock. A ``Run`` is the
+decoded row: payload, answer and resume state are already opened (unsealed).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+
+class Status(enum.StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    PAUSED = "paused"
+
+
+FINAL_STATUSES: frozenset[Status] = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
+#: Statuses that hold a session's line (a paused run blocks the runs behind it).
+ACTIVE_STATUSES: frozenset[Status] = frozenset({Status.QUEUED, Status.RUNNING, Status.PAUSED})
+
+
+class TerminationReason(enum.StrEnum):
+    COMPLETED = "completed"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    CANCELLED = "cancelled"
+    RETRIES_EXHAUSTED = "retries_exhausted"
+    NOT_RETRYABLE = "not_retryable"
+
+
+class ComponentType(enum.StrEnum):
+    AGENT = "agent"
+    TEAM = "team"
+    WORKFLOW = "workflow"
+    TASK = "task"
+
+
+COMPONENT_TYPES: frozenset[str] = frozenset(t.value for t in ComponentType)
+
+
+class PauseReason(enum.StrEnum):
+    """Why a run is paused. Handlers may pass any short string; these are the common ones."""
+
+    APPROVAL = "approval"
+    INPUT = "input"
+    EXTERNAL = "external"
+
+
+class Transition(msgspec.Struct, frozen=True):
+    """One verb of the state machine: from which statuses it may start, where it may end."""
+
+    sources: frozenset[Status]
+    targets: frozenset[Status]
+    fenced: bool = False
+
+
+#: DESIGN §3 as data. Every engine builds its guards from these sets, so the two
+#: engines cannot disagree on which transitions exist.
+TRANSITIONS: Mapping[str, Transition] = {
+    "claim": Transition(frozenset({Status.QUEUED}), frozenset({Status.RUNNING})),
+    "heartbeat": Transition(frozenset({Status.RUNNING}), frozenset({Status.RUNNING}), fenced=True),
+    "complete": Transition(frozenset({Status.RUNNING}), frozenset({Status.COMPLETED}), fenced=True),
+    "fail": Transition(
+        frozenset({Status.RUNNING}), frozenset({Status.QUEUED, Status.FAILED}), fenced=True
+    ),
+    "pause": Transition(frozenset({Status.RUNNING}), frozenset({Status.PAUSED}), fenced=True),
+    "settle_cancelled": Transition(
+        frozenset({Status.RUNNING}), frozenset({Status.CANCELLED}), fenced=True
+    ),
+    "continue": Transition(frozenset({Status.PAUSED}), frozenset({Status.QUEUED})),
+    "cancel": Transition(
+        frozenset({Status.QUEUED, Status.PAUSED}), frozenset({Status.CANCELLED})
+    ),
+    "request_cancel": Transition(frozenset({Status.RUNNING}), frozenset({Status.RUNNING})),
+    "requeue": Transition(frozenset({Status.FAILED, Status.CANCELLED}), frozenset({Status.QUEUED})),
+    "reap": Transition(frozenset({Status.RUNNING}), frozenset({Status.QUEUED, Status.FAILED})),
+}
+
+
+def sql_status_list(statuses: frozenset[Status]) -> str:
+    """``'a', 'b'`` for an SQL ``IN (...)``; built from enum values only, never user input."""
+    return ", ".join(f"'{s.value}'" for s in sorted(statuses))
+
+
+class Actor(msgspec.Struct, frozen=True, kw_only=True):
+    """Who asked for a run, frozen at submission and restored in the worker."""
+
+    user_id: str | None = None
+    service_account: bool = False
+    scopes: tuple[str, ...] = ()
+
+
+class Resume(msgspec.Struct, frozen=True, kw_only=True):
+    """What a continued run receives in ``ctx.resume``."""
+
+    state: Any = None
+    decision: Any = None
+
+
+class NewRun(msgspec.Struct, kw_only=True):
+    """A submission, with every default already resolved by the caller (Queue)."""
+
+    component_type: str
+    component_id: str
+    payload: Any = None
+    session_id: str | None = None
+    actor: Actor = Actor()
+    configuration: str | None = None
+    idempotency_key: str | None = None
+    max_attempts: int = 1
+    deployment_id: str | None = None
+    priority: int = 0
+    delay_seconds: float = 0.0
+    origin: str = "python"
+    #: False for an inline run that keeps its request in memory only; the reaper
+    #: then dead-letters it instead of retrying (DESIGN §6 rule 2).
+    save_request: bool = True
+    #: Set by the caller for tests and imports; normally generated.
+    id: str | None = None
+
+
+class Run(msgspec.Struct, kw_only=True):
+    """One row of the run table, opened."""
+
+    id: str
+    component_type: str
+    component_id: str
+    status: Status
+    attempt: int
+    max_attempts: int
+    priority: int
+    session_id: str | None
+    user_id: str | None
+    actor: Actor
+    configuration: str | None
+    deployment_id: str | None
+    idempotency_key: str | None
+    origin: str
+    created_at: float
+    updated_at: float
+    available_at: float
+    started_at: float | None
+    completed_at: float | None
+    locked_by: str | None
+    locked_at: float | None
+    error: str | None
+    termination_reason: TerminationReason | None
+    pause_reason: str | None
+    cancel_requested: bool
+    non_idempotent: bool
+    has_request: bool
+    payload: Any = None
+    answer: Any = None
+    resume: Resume | None = None
+    tokens: int = 0
+    cost: float = 0.0
+
+    @property
+    def component(self) -> str:
+        return f"{self.component_type}/{self.component_id}"
+
+    @property
+    def lease(self) -> Lease:
+        return Lease(self.id, self.attempt)
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in FINAL_STATUSES
+
+
+class Lease(msgspec.Struct, frozen=True, array_like=True):
+    """The fencing token of one execution: the run and its attempt (with the worker id)."""
+
+    run_id: str
+    attempt: int
+
+
+class Completion(msgspec.Struct, frozen=True, kw_only=True):
+    """One finished execution for ``complete_many``. ``answer`` is already privacy-filtered."""
+
+    run_id: str
+    attempt: int
+    answer: Any = None
+    keep_answer: bool = True
+    termination_reason: TerminationReason = TerminationReason.COMPLETED
+
+
+class SubmitResult(msgspec.Struct, frozen=True):
+    run: Run
+    created: bool
+
+
+class FenceResult(msgspec.Struct, frozen=True):
+    """Which writes of a batch took effect and which were fenced off (lease lost)."""
+
+    applied: tuple[str, ...] = ()
+    fenced_off: tuple[str, ...] = ()
+
+
+class HeartbeatResult(msgspec.Struct, frozen=True):
+    renewed: tuple[Lease, ...] = ()
+    lost: tuple[Lease, ...] = ()
+    #: Runs among the renewed ones whose cancel was requested meanwhile.
+    cancel_requested: tuple[str, ...] = ()
+
+
+class FailOutcome(enum.StrEnum):
+    RETRY_SCHEDULED = "retry_scheduled"
+    DEAD_LETTERED = "dead_lettered"
+    FENCED_OFF = "fenced_off"
+
+
+class ReapReport(msgspec.Struct, kw_only=True):
+    requeued: int = 0
+    dead_lettered: int = 0
+    skipped: int = 0
+    requeued_ids: list[str] = msgspec.field(default_factory=list)
+    dead_lettered_ids: list[str] = msgspec.field(default_factory=list)
+
+
+class PurgeReport(msgspec.Struct, kw_only=True):
+    deleted: int = 0
+    batches: int = 0
+
+
+class BudgetBlock(msgspec.Struct, frozen=True, kw_only=True):
+    """Who may not be claimed for now because a budget limit is reached.
+
+    ``pairs`` holds ``(user_id, configuration)`` for limits of scope ``both``;
+    ``None`` members are matched as the empty string.
+    """
+
+    users: frozenset[str] = frozenset()
+    configurations: frozenset[str] = frozenset()
+    pairs: frozenset[tuple[str, str]] = frozenset()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.users or self.configurations or self.pairs)
+
+
+class UsageKey(msgspec.Struct, frozen=True, array_like=True):
+    """One budget counter: (scope, subject, period start as epoch seconds)."""
+
+    scope: str
+    subject: str
+    period_start: float
+
+
+class UsageTotals(msgspec.Struct, frozen=True, kw_only=True):
+    cost: float = 0.0
+    tokens: int = 0
+    runs: int = 0
+
+
+class Stats(msgspec.Struct, kw_only=True):
+    """``GET /queue/stats``: counts by status and the oldest queued age (from ``available_at``)."""
+
+    counts: dict[str, int]
+    oldest_queued_age_seconds: float | None
+
+
+class QueueHealth(msgspec.Struct, kw_only=True):
+    """What ``runq status`` and the exporter read in one query pass."""
+
+    counts: dict[str, int]
+    oldest_queued_age_seconds: float | None
+    oldest_queued_age_by_deployment: dict[str, float]
+    expired_leases: int
+    live_workers: int
+
+
+class WorkerInfo(msgspec.Struct, kw_only=True):
+    id: str
+    hostname: str
+    pid: int
+    deployment_id: str | None
+    started_at: float = 0.0
+    last_seen_at: float = 0.0
+
+
+class JobView(msgspec.Struct, kw_only=True):
+    """A job as the ``/queue`` operator surface shows it (seed 004's table and DESIGN §7)."""
+
+    id: str
+    component_type: str
+    component_id: str
+    session_id: str | None
+    user_id: str | None
+    status: Status
+    attempt: int
+    max_attempts: int
+    error: str | None
+    locked_by: str | None
+    locked_at: float | None
+    idempotency_key: str | None
+    payload: Any
+    created_at: float
+    updated_at: float
+    completed_at: float | None
+    deployment_id: str | None
+    available_at: float
+    priority: int
+    termination_reason: TerminationReason | None
+    pause_reason: str | None
+
+    @classmethod
+    def from_run(cls, run: Run) -> JobView:
+        return cls(
+            id=run.id,
+            component_type=run.component_type,
+            component_id=run.component_id,
+            session_id=run.session_id,
+            user_id=run.user_id,
+            status=run.status,
+            attempt=run.attempt,
+            max_attempts=run.max_attempts,
+            error=run.error,
+            locked_by=run.locked_by,
+            locked_at=run.locked_at,
+            idempotency_key=run.idempotency_key,
+            payload=run.payload,
+            created_at=run.created_at,
+            updated_at=run.updated_at,
+            completed_at=run.completed_at,
+            deployment_id=run.deployment_id,
+            available_at=run.available_at,
+            priority=run.priority,
+            termination_reason=run.termination_reason,
+            pause_reason=run.pause_reason,
+        )
+
+
+class Page(msgspec.Struct, kw_only=True):
+    data: list[Run]
+    page: int
+    limit: int
+    total_count: int
+
+    @property
+    def total_pages(self) -> int:
+        return (self.total_count + self.limit - 1) // self.limit if self.total_count else 0
+
+
+#: ``sort_by`` values the listing accepts (seed 004); anything else is ignored, never interpolated.
+SORTABLE_FIELDS: frozenset[str] = frozenset(
+    {
+        "created_at",
+        "updated_at",
+        "completed_at",
+        "status",
+        "attempt",
+        "component_type",
+        "component_id",
+        "user_id",
+        "available_at",
+        "priority",
+    }
+)
+DEFAULT_SORT_BY = "created_at"
+
+
+def new_run_id() -> str:
+    """A UUIDv7 string: time-ordered, so ids sort by creation and index pages stay hot."""
+    ms = time.time_ns() // 1_000_000
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (ms & ((1 << 48) - 1)) << 80
+    value |= 0x7 << 76
+    value |= ((rand >> 62) & 0xFFF) << 64
+    value |= 0b10 << 62
+    value |= rand & ((1 << 62) - 1)
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def retry_delay(attempt: int, base_seconds: float, rand: float) -> float:
+    """Full-jitter backoff: uniform(0, min(base · 2^(attempt-1), 10 · base)). ``rand`` in [0, 1)."""
+    ceiling = min(base_seconds * (2 ** max(attempt - 1, 0)), 10 * base_seconds)
+    return rand * ceiling

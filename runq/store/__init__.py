@@ -1,0 +1,42 @@
+"""Storage engines behind one protocol. ``open_store`` picks the engine from the URL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runq.config import Config, store_engine
+from runq.errors import ConfigError
+from runq.seal import KeyRing, Sealer, ensure_key_file, key_file_for, load_key_ring
+from runq.store.base import Store
+
+__all__ = ["Store", "make_store", "sealer_for", "sqlite_path"]
+
+
+def sqlite_path(url: str) -> Path:
+    """``sqlite:///runq.db`` → ``runq.db``; ``sqlite:////var/lib/runq/runq.db`` → absolute."""
+    return Path(url.removeprefix("sqlite:///"))
+
+
+def sealer_for(config: Config) -> KeyRing:
+    """The configured key ring; on SQLite with no keys, the key file beside the database."""
+    if config.seal.keys:
+        return load_key_ring(config.seal.keys)
+    if store_engine(config.store.url) == "sqlite":
+        return ensure_key_file(key_file_for(sqlite_path(config.store.url)))
+    raise ConfigError(
+        "seal.keys",
+        "PostgreSQL needs at least one seal key shared by the fleet, e.g. "
+        'keys = ["env:RUNQ_SEAL_KEY"] (make one with `runq keys generate`)',
+    )
+
+
+def make_store(url: str, *, schema: str, sealer: Sealer) -> Store:
+    """An unconnected store for ``url``; call ``await store.connect()``."""
+    engine = store_engine(url)
+    if engine == "sqlite":
+        from runq.store.sqlite import SqliteStore
+
+        return SqliteStore(sqlite_path(url), schema=schema, sealer=sealer)
+    from runq.store.postgres import PostgresStore
+
+    return PostgresStore(url, schema=schema, sealer=sealer)

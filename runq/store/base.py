@@ -1,0 +1,227 @@
+"""The Store protocol: the one boundary to storage. SQL never leaves ``runq/store/``.
+
+Every verb is one conditional statement (or one short transaction on SQLite) whose
+affected rows decide the winner; the loser changes nothing. Writes of a worker are
+fenced on ``(id, attempt, locked_by, status = 'running')``. Lease arithmetic and every
+timestamp use the database clock (plus ``clock_offset_seconds``, which only tests set).
+
+Sealed columns (payload, answer, resume_state, decision) are sealed by the store with
+its ``Sealer`` on the way in and opened on the way out, so callers only see Python
+values. Payloads are JSON (msgspec); a value that cannot be encoded raises
+``InvalidPayload`` before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from runq.model import (
+    BudgetBlock,
+    Completion,
+    FailOutcome,
+    FenceResult,
+    HeartbeatResult,
+    Lease,
+    NewRun,
+    Page,
+    PurgeReport,
+    QueueHealth,
+    ReapReport,
+    Run,
+    Stats,
+    Status,
+    SubmitResult,
+    UsageKey,
+    UsageTotals,
+    WorkerInfo,
+)
+
+
+@runtime_checkable
+class Store(Protocol):
+    #: "sqlite" or "postgres".
+    engine: str
+    #: True when the engine has LISTEN/NOTIFY; callers fall back to polling otherwise.
+    supports_listen: bool
+    #: Added to the database clock everywhere; tests use it to jump time. Never set in production.
+    clock_offset_seconds: float
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Open the connection(s). Raises ``StoreUnavailable`` naming the URL (without password)."""
+
+    async def close(self) -> None: ...
+
+    async def migrate(self) -> int:
+        """Apply pending migrations; safe when several processes start at once. Returns how many ran."""
+
+    async def schema_is_current(self) -> bool:
+        """True when every migration this version knows has been applied (``/readyz``)."""
+
+    async def ping(self) -> None:
+        """One trivial round trip; raises ``StoreUnavailable`` when the database does not answer."""
+
+    async def now(self) -> float:
+        """The database clock (plus offset), epoch seconds."""
+
+    # -- producer ----------------------------------------------------------------------
+
+    async def submit(self, new: NewRun, *, max_queue_depth: int) -> SubmitResult:
+        """Insert a queued run, attempt 0.
+
+        Idempotency: a key already used by the same ``actor.user_id`` returns the
+        existing run with ``created=False`` (checked before the depth gate, so a
+        duplicate is answered even when the queue is full); the same key for another
+        component raises ``IdempotencyConflict``. When ``max_queue_depth > 0`` and that
+        many runs are queued, raises ``QueueFull``. ``available_at = now + delay_seconds``.
+        ``save_request=False`` stores no payload (``has_request`` false).
+        """
+
+    async def submit_many(self, news: Sequence[NewRun]) -> list[str]:
+        """Bulk insert without idempotency keys or depth gate (imports, benchmarks). Returns ids."""
+
+    async def get(self, run_id: str) -> Run | None: ...
+
+    async def cancel(self, run_id: str) -> Run:
+        """``queued``/``paused`` → ``cancelled`` at once (resume state cleared); ``running`` →
+        ``cancel_requested`` recorded, the executor stops at its next checkpoint or heartbeat;
+        already ``cancelled`` → unchanged. ``completed``/``failed`` raise ``Conflict``;
+        unknown id raises ``NotFound``."""
+
+    async def continue_(self, run_id: str, decision: Any) -> Run:
+        """``paused`` → ``queued`` with ``decision`` stored, ``max_attempts = attempt + 1``,
+        ``available_at = now``, ``pause_reason`` kept for history. A second continue of the
+        same pause while that continuation is queued or running returns the run unchanged.
+        A run never paused, or final, raises ``Conflict``; unknown id ``NotFound``."""
+
+    async def requeue(
+        self, run_id: str, *, clear_cancellation: bool, force: bool, lock_grace_seconds: float
+    ) -> Run:
+        """Operator requeue (seed 004): only ``failed``/``cancelled`` (else ``InvalidTransition``);
+        a ``failed`` run whose ``completed_at`` is within ``lock_grace_seconds`` raises ``Conflict``
+        unless ``force``. Sets ``queued``, ``max_attempts = attempt + 1``, ``available_at = now``,
+        clears ``error``, ``termination_reason``, ``completed_at``, the lease and the
+        non-idempotent mark; keeps ``cancel_requested`` unless ``clear_cancellation``."""
+
+    # -- worker ------------------------------------------------------------------------
+
+    async def claim(
+        self,
+        worker_id: str,
+        slots: int,
+        *,
+        deployment_id: str | None,
+        serialize_sessions: bool = True,
+        blocked: BudgetBlock | None = None,
+        run_id: str | None = None,
+    ) -> list[Run]:
+        """Claim up to ``slots`` queued runs in one statement, ordered by ``priority`` (lower
+        first), then ``available_at``, then id. Only ``available_at <= now``; affinity: runs
+        with no deployment, or with ``deployment_id`` equal to the worker's; the session rule
+        when ``serialize_sessions`` (only a session's oldest non-final run, and only while no
+        run of the session is running or paused); nothing ``blocked`` by the budget. Sets
+        ``running``, ``attempt + 1``, ``locked_by``, ``locked_at = started_at = now``.
+        ``run_id`` claims that one run only (the sync transport), under the same rules."""
+
+    async def heartbeat_many(self, worker_id: str, leases: Sequence[Lease]) -> HeartbeatResult:
+        """Renew every lease held by ``worker_id`` in one statement (``locked_at = now``) and
+        refresh the worker's ``last_seen_at``. Leases not renewed are reported ``lost``;
+        renewed runs whose cancel was requested are reported in ``cancel_requested``."""
+
+    async def complete_many(self, worker_id: str, completions: Sequence[Completion]) -> FenceResult:
+        """Fenced, one statement for the whole batch: ``completed`` with the answer (when
+        ``keep_answer``), ``termination_reason``, ``completed_at``; lease, resume state and
+        decision cleared."""
+
+    async def fail(
+        self,
+        worker_id: str,
+        lease: Lease,
+        *,
+        error: str,
+        retryable: bool,
+        retry_in_seconds: float,
+    ) -> FailOutcome:
+        """Fenced. When ``retryable`` and ``attempt < max_attempts`` and the run is not marked
+        non-idempotent: ``queued`` with ``available_at = now + retry_in_seconds`` (the caller
+        computes the jittered backoff, honouring any Retry-After). Otherwise ``failed`` with
+        ``retries_exhausted`` (retryable) or ``not_retryable`` and ``completed_at``. ``error``
+        is stored as given (the caller keeps payloads out of it)."""
+
+    async def pause(self, worker_id: str, lease: Lease, *, reason: str, state: Any) -> bool:
+        """Fenced: ``paused``, resume state sealed, decision cleared, lease cleared.
+        False when fenced off."""
+
+    async def settle_cancelled(self, worker_id: str, lease: Lease) -> bool:
+        """Fenced: a running run whose cancel was observed becomes ``cancelled``."""
+
+    async def set_non_idempotent(self, worker_id: str, lease: Lease, inside: bool) -> bool:
+        """Fenced: mark (or unmark) the run as inside a non-idempotent write section."""
+
+    async def record_usage(
+        self, worker_id: str, lease: Lease, *, tokens: int, cost: float, keys: Sequence[UsageKey]
+    ) -> None:
+        """Add usage to the run (unfenced: the money was spent either way) and to each budget
+        counter in ``keys`` (upsert)."""
+
+    async def count_claimed_run(self, keys: Sequence[UsageKey]) -> None:
+        """Add one run to each budget counter in ``keys`` (called once per first claim)."""
+
+    async def usage_totals(self, keys: Sequence[UsageKey]) -> dict[UsageKey, UsageTotals]:
+        """Current totals for each requested counter (missing counters are zero)."""
+
+    # -- maintenance -------------------------------------------------------------------
+
+    async def reap_stale(self, *, lock_grace_seconds: float, limit: int) -> ReapReport:
+        """DESIGN §6 in order for at most ``limit`` running runs whose ``locked_at`` is older
+        than ``lock_grace_seconds``; each UPDATE rechecks staleness (a renewed lease wins,
+        counted as ``skipped``). Requeued runs get ``available_at = now``."""
+
+    async def purge_final_before(
+        self,
+        *,
+        retention_seconds: float,
+        paused_retention_seconds: float,
+        batch_size: int = 500,
+        max_batches: int = 1000,
+    ) -> PurgeReport:
+        """Delete final runs whose ``completed_at`` is older than ``retention_seconds`` and,
+        only when ``paused_retention_seconds > 0``, paused runs not updated for that long,
+        in batches of ``batch_size`` so no statement holds locks for long."""
+
+    async def register_worker(self, info: WorkerInfo) -> None: ...
+
+    async def remove_worker(self, worker_id: str) -> None: ...
+
+    async def prune_workers(self, *, max_age_seconds: float) -> int: ...
+
+    async def list_workers(self, *, max_age_seconds: float) -> list[WorkerInfo]: ...
+
+    # -- reads for operators -----------------------------------------------------------
+
+    async def stats(self) -> Stats: ...
+
+    async def health(self, *, lock_grace_seconds: float, worker_max_age_seconds: float) -> QueueHealth:
+        """Counts, oldest queued age overall and per deployment ("" for none), expired
+        leases and live workers, in as few queries as the engine allows."""
+
+    async def list_jobs(
+        self,
+        *,
+        statuses: Sequence[Status] = (),
+        page: int = 1,
+        limit: int = 20,
+        sort_by: str = "created_at",
+        sort_order: str = "desc",
+        user_id: str | None = None,
+    ) -> Page:
+        """Paged listing. ``sort_by`` outside ``SORTABLE_FIELDS`` falls back to ``created_at``;
+        never interpolated. ``user_id`` restricts to one user's runs (visibility)."""
+
+    async def reseal_page(self, *, after_id: str, limit: int) -> tuple[str | None, int]:
+        """Key rotation: re-seal the sealed columns of up to ``limit`` runs with id > ``after_id``
+        under the sealing key. Returns (last id seen or None when done, values re-sealed)."""
+
+    async def count_runs(self) -> int: ...
