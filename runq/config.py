@@ -219,7 +219,9 @@ def _coerce_env(section: str, key: str, raw: str) -> Any:
             try:
                 return msgspec.json.decode(raw)
             except msgspec.DecodeError as e:
-                raise ConfigError(f"{section}.{key}", f"environment value is not a JSON list: {e}") from e
+                raise ConfigError(
+                    f"{section}.{key}", f"environment value is not a JSON list: {e}"
+                ) from e
         return [part.strip() for part in raw.split(",") if part.strip()]
     if typ is bool:
         lowered = raw.strip().lower()
@@ -352,11 +354,19 @@ def validate(config: Config) -> None:
     _require(1 <= q.limit <= 10_000, "reaper.limit", f"{q.limit} must be between 1 and 10000")
     _validate_http(config.http)
     for i, ref in enumerate(config.seal.keys):
-        _require(bool(_SECRET_REF_RE.match(ref)), f"seal.keys[{i}]", f"{ref!r} must be 'env:NAME' or 'file:/path'")
+        _require(
+            bool(_SECRET_REF_RE.match(ref)),
+            f"seal.keys[{i}]",
+            f"{ref!r} must be 'env:NAME' or 'file:/path'",
+        )
     _require(bool(config.cli.service_account.strip()), "cli.service_account", "must not be empty")
     _validate_budget(config.budget)
     p = config.privacy
-    _require(p.level in PRIVACY_LEVELS, "privacy.level", f"{p.level!r} is not one of {', '.join(PRIVACY_LEVELS)}")
+    _require(
+        p.level in PRIVACY_LEVELS,
+        "privacy.level",
+        f"{p.level!r} is not one of {', '.join(PRIVACY_LEVELS)}",
+    )
     _require(p.redacted_max_chars >= 16, "privacy.redacted_max_chars", "must be at least 16")
     _validate_routing(config)
     _validate_components(config.components)
@@ -375,15 +385,24 @@ def _validate_queue(q: QueueConfig) -> None:
     _require(q.max_attempts >= 1, "queue.max_attempts", f"{q.max_attempts} must be >= 1")
     _require(q.retry_delay_seconds >= 0, "queue.retry_delay_seconds", "must be >= 0")
     _require(q.timeout_seconds > 0, "queue.timeout_seconds", "must be > 0")
-    _require(q.lock_grace_seconds >= 3, "queue.lock_grace_seconds", f"{q.lock_grace_seconds} must be >= 3")
+    _require(
+        q.lock_grace_seconds >= 3,
+        "queue.lock_grace_seconds",
+        f"{q.lock_grace_seconds} must be >= 3",
+    )
     if q.stop_timeout_seconds is not None:
         _require(
             0 <= q.stop_timeout_seconds < q.lock_grace_seconds,
             "queue.stop_timeout_seconds",
-            f"{q.stop_timeout_seconds} must be >= 0 and < queue.lock_grace_seconds ({q.lock_grace_seconds})",
+            (
+                f"{q.stop_timeout_seconds} must be >= 0 and "
+                f"< queue.lock_grace_seconds ({q.lock_grace_seconds})"
+            ),
         )
     _require(q.poll_interval > 0, "queue.poll_interval", f"{q.poll_interval} must be > 0")
-    _require(1 <= q.max_concurrency <= 10_000, "queue.max_concurrency", "must be between 1 and 10000")
+    _require(
+        1 <= q.max_concurrency <= 10_000, "queue.max_concurrency", "must be between 1 and 10000"
+    )
     _require(q.max_queue_depth >= 0, "queue.max_queue_depth", "must be >= 0 (0 = unbounded)")
     _require(q.retention_seconds > 0, "queue.retention_seconds", "must be > 0")
     _require(q.paused_retention_seconds >= 0, "queue.paused_retention_seconds", "must be >= 0")
@@ -403,16 +422,30 @@ def _validate_http(h: HttpConfig) -> None:
                 "or set http.allow_open_on_public = true",
             )
     if h.auth == "key":
-        _require(bool(_SECRET_REF_RE.match(h.key)), "http.key", f"{h.key!r} must be 'env:NAME' or 'file:/path'")
+        _require(
+            bool(_SECRET_REF_RE.match(h.key)),
+            "http.key",
+            f"{h.key!r} must be 'env:NAME' or 'file:/path'",
+        )
     if h.auth == "jwt":
         j = h.jwt
         _require(bool(j.algorithms), "http.jwt.algorithms", "must name at least one algorithm")
         for alg in j.algorithms:
-            _require(alg in JWT_ALGORITHMS, "http.jwt.algorithms", f"{alg!r} is not one of {', '.join(JWT_ALGORITHMS)}")
+            _require(
+                alg in JWT_ALGORITHMS,
+                "http.jwt.algorithms",
+                f"{alg!r} is not one of {', '.join(JWT_ALGORITHMS)}",
+            )
         symmetric = {a.startswith("HS") for a in j.algorithms}
-        _require(len(symmetric) == 1, "http.jwt.algorithms", "do not mix HS* with RS*/ES* algorithms")
+        _require(
+            len(symmetric) == 1, "http.jwt.algorithms", "do not mix HS* with RS*/ES* algorithms"
+        )
         if symmetric == {True}:
-            _require(bool(_SECRET_REF_RE.match(j.secret)), "http.jwt.secret", f"{j.secret!r} must be 'env:NAME' or 'file:/path'")
+            _require(
+                bool(_SECRET_REF_RE.match(j.secret)),
+                "http.jwt.secret",
+                f"{j.secret!r} must be 'env:NAME' or 'file:/path'",
+            )
         else:
             _require(
                 bool(_SECRET_REF_RE.match(j.public_key)),
@@ -430,10 +463,22 @@ def _validate_budget(b: BudgetConfig) -> None:
         raise ConfigError("budget.timezone", f"{b.timezone!r} is not a known IANA time zone") from e
     for i, limit in enumerate(b.limits):
         key = f"budget.limits[{i}]"
-        _require(limit.scope in BUDGET_SCOPES, f"{key}.scope", f"{limit.scope!r} is not one of {', '.join(BUDGET_SCOPES)}")
-        _require(limit.period in BUDGET_PERIODS, f"{key}.period", f"{limit.period!r} is not one of {', '.join(BUDGET_PERIODS)}")
+        _require(
+            limit.scope in BUDGET_SCOPES,
+            f"{key}.scope",
+            f"{limit.scope!r} is not one of {', '.join(BUDGET_SCOPES)}",
+        )
+        _require(
+            limit.period in BUDGET_PERIODS,
+            f"{key}.period",
+            f"{limit.period!r} is not one of {', '.join(BUDGET_PERIODS)}",
+        )
         caps = (limit.max_cost, limit.max_tokens, limit.max_runs)
-        _require(any(c is not None for c in caps), key, "needs at least one of max_cost, max_tokens, max_runs")
+        _require(
+            any(c is not None for c in caps),
+            key,
+            "needs at least one of max_cost, max_tokens, max_runs",
+        )
         for name, cap in zip(("max_cost", "max_tokens", "max_runs"), caps, strict=True):
             _require(cap is None or cap >= 0, f"{key}.{name}", "must be >= 0")
 
@@ -442,14 +487,18 @@ def _validate_routing(config: Config) -> None:
     engine = store_engine(config.store.url)
     for pattern, transport in config.routing.items():
         key = f'routing."{pattern}"'
-        _require(transport in TRANSPORTS, key, f"{transport!r} is not one of {', '.join(TRANSPORTS)}")
+        _require(
+            transport in TRANSPORTS, key, f"{transport!r} is not one of {', '.join(TRANSPORTS)}"
+        )
         _require(
             pattern == "*" or bool(re.match(r"^[a-z]+/(\*|[\w.\-*]+)$", pattern)),
             key,
             "a pattern is '*', 'type/*' or 'type/id'",
         )
         if transport == "postgres":
-            _require(engine == "postgres", key, "the postgres transport needs a PostgreSQL store.url")
+            _require(
+                engine == "postgres", key, "the postgres transport needs a PostgreSQL store.url"
+            )
 
 
 def _validate_components(components: Mapping[str, Any]) -> None:
@@ -465,4 +514,8 @@ def _validate_components(components: Mapping[str, Any]) -> None:
             _require(bool(_HANDLER_RE.match(spec)), key, f"{spec!r} is not 'module:function'")
         else:
             kind = spec.get("kind")
-            _require(kind in COMPONENT_KINDS, f"{key}.kind", f"{kind!r} is not one of {', '.join(COMPONENT_KINDS)}")
+            _require(
+                kind in COMPONENT_KINDS,
+                f"{key}.kind",
+                f"{kind!r} is not one of {', '.join(COMPONENT_KINDS)}",
+            )

@@ -59,11 +59,11 @@ class SealError(RunqError):
     """A sealed value failed to open, or no key can seal. Never a cleartext fallback."""
 
 
-class Permanent(RunqError):  # noqa: N818 - the public name reads as a verdict: raise runq.Permanent
+class Permanent(RunqError):
     """Raised by a handler: fail the run now, without retry."""
 
 
-class Retryable(RunqError):  # noqa: N818
+class Retryable(RunqError):
     """Raised by a handler: fail this attempt, retry no earlier than ``retry_after`` seconds."""
 
     def __init__(self, message: str, retry_after: float | None = None) -> None:
@@ -107,7 +107,7 @@ class PauseRequested(RunInterrupted):
 
 
 class BudgetExhausted(RunInterrupted):
-    """Raised by ``ctx.stop_for_budget()``: complete with ``budget_exhausted`` and the answer so far."""
+    """Raised by ``ctx.stop_for_budget()``: complete ``budget_exhausted`` with the answer so far."""
 
     def __init__(self, partial_answer: object = None) -> None:
         self.partial_answer = partial_answer

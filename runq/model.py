@@ -77,9 +77,7 @@ TRANSITIONS: Mapping[str, Transition] = {
         frozenset({Status.RUNNING}), frozenset({Status.CANCELLED}), fenced=True
     ),
     "continue": Transition(frozenset({Status.PAUSED}), frozenset({Status.QUEUED})),
-    "cancel": Transition(
-        frozenset({Status.QUEUED, Status.PAUSED}), frozenset({Status.CANCELLED})
-    ),
+    "cancel": Transition(frozenset({Status.QUEUED, Status.PAUSED}), frozenset({Status.CANCELLED})),
     "request_cancel": Transition(frozenset({Status.RUNNING}), frozenset({Status.RUNNING})),
     "requeue": Transition(frozenset({Status.FAILED, Status.CANCELLED}), frozenset({Status.QUEUED})),
     "reap": Transition(frozenset({Status.RUNNING}), frozenset({Status.QUEUED, Status.FAILED})),
@@ -384,5 +382,5 @@ def new_run_id() -> str:
 
 def retry_delay(attempt: int, base_seconds: float, rand: float) -> float:
     """Full-jitter backoff: uniform(0, min(base · 2^(attempt-1), 10 · base)). ``rand`` in [0, 1)."""
-    ceiling = min(base_seconds * (2 ** max(attempt - 1, 0)), 10 * base_seconds)
+    ceiling = min(base_seconds * 2.0 ** max(attempt - 1, 0), 10 * base_seconds)
     return rand * ceiling

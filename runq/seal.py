@@ -95,7 +95,8 @@ class KeyRing:
             return aead.decrypt(nonce, sealed[HEADER_BYTES:], _aad(column, run_id))
         except InvalidTag as e:
             raise SealError(
-                f"run {run_id}: {column} failed to open (tampered, or moved from another run or column)"
+                f"run {run_id}: {column} failed to open "
+                "(tampered, or moved from another run or column)"
             ) from e
 
 
@@ -121,7 +122,9 @@ def decode_key(text: str, *, key_name: str) -> bytes:
     try:
         key = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4))
     except (ValueError, TypeError) as e:
-        raise ConfigError(key_name, "is not urlsafe base64 (make one with `runq keys generate`)") from e
+        raise ConfigError(
+            key_name, "is not urlsafe base64 (make one with `runq keys generate`)"
+        ) from e
     if len(key) != KEY_BYTES:
         raise ConfigError(
             key_name, f"decodes to {len(key)} bytes; a key is {KEY_BYTES} (`runq keys generate`)"

@@ -55,7 +55,7 @@ class Store(Protocol):
     async def close(self) -> None: ...
 
     async def migrate(self) -> int:
-        """Apply pending migrations; safe when several processes start at once. Returns how many ran."""
+        """Apply pending migrations; safe when several processes start at once. Returns the count."""
 
     async def schema_is_current(self) -> bool:
         """True when every migration this version knows has been applied (``/readyz``)."""
@@ -172,6 +172,12 @@ class Store(Protocol):
     async def usage_totals(self, keys: Sequence[UsageKey]) -> dict[UsageKey, UsageTotals]:
         """Current totals for each requested counter (missing counters are zero)."""
 
+    async def usage_in_periods(
+        self, periods: Sequence[tuple[str, float]]
+    ) -> dict[UsageKey, UsageTotals]:
+        """Every budget counter whose ``(scope, period_start)`` is in ``periods`` (the budget
+        gate reads all counters of the current periods once, then decides who is blocked)."""
+
     # -- maintenance -------------------------------------------------------------------
 
     async def reap_stale(self, *, lock_grace_seconds: float, limit: int) -> ReapReport:
@@ -203,7 +209,9 @@ class Store(Protocol):
 
     async def stats(self) -> Stats: ...
 
-    async def health(self, *, lock_grace_seconds: float, worker_max_age_seconds: float) -> QueueHealth:
+    async def health(
+        self, *, lock_grace_seconds: float, worker_max_age_seconds: float
+    ) -> QueueHealth:
         """Counts, oldest queued age overall and per deployment ("" for none), expired
         leases and live workers, in as few queries as the engine allows."""
 

@@ -1,0 +1,192 @@
+"""The budget gate: asked before the claim, never after (seed 003, "budget before claim").
+
+A refusal after the claim would cost the run; so the claimers ask first, and a run whose
+user or configuration is over a cap stays queued while the runs behind it go on. It is
+claimed once the period resets (midnight, or the first of the month, in
+``[budget] timezone``). The check narrows the loss and does not close it: two replicas
+may both pass the check and spend the last of a budget together.
+
+Counters live in the store's ``budget_usage`` table, one row per
+``(scope:period, subject, period_start)``; the subject is the user id, the
+configuration, or ``user\\x1fconfiguration`` for a limit of scope ``both``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import TypeVar
+from zoneinfo import ZoneInfo
+
+import msgspec
+
+from runq.config import BudgetConfig, BudgetLimit
+from runq.model import BudgetBlock, UsageKey, UsageTotals
+from runq.store.base import Store
+
+PAIR_SEPARATOR = "\x1f"
+#: How long a computed block is reused; claims are frequent, budgets change slowly.
+CACHE_SECONDS = 1.0
+
+
+class BudgetLeft(msgspec.Struct, frozen=True, kw_only=True):
+    """What is left under the tightest applicable limit (None = that kind is not capped)."""
+
+    cost: float | None = None
+    tokens: int | None = None
+    runs: int | None = None
+
+    @property
+    def exhausted(self) -> bool:
+        return any(v is not None and v <= 0 for v in (self.cost, self.tokens, self.runs))
+
+
+def counter_scope(limit: BudgetLimit) -> str:
+    return f"{limit.scope}:{limit.period}"
+
+
+def subject_for(limit: BudgetLimit, user_id: str | None, configuration: str | None) -> str:
+    user, conf = user_id or "", configuration or ""
+    if limit.scope == "user":
+        return user
+    if limit.scope == "configuration":
+        return conf
+    return f"{user}{PAIR_SEPARATOR}{conf}"
+
+
+def period_start(period: str, now: float, tz: ZoneInfo) -> float:
+    """Epoch seconds of the current day's (or month's) local midnight."""
+    local = datetime.fromtimestamp(now, tz)
+    start = local.replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == "month":
+        start = start.replace(day=1)
+    return start.timestamp()
+
+
+def over_cap(limit: BudgetLimit, totals: UsageTotals) -> str | None:
+    """The reason a counter is at or over its cap (cost, tokens, runs), or None."""
+    if limit.max_cost is not None and totals.cost >= limit.max_cost:
+        return "cost"
+    if limit.max_tokens is not None and totals.tokens >= limit.max_tokens:
+        return "tokens"
+    if limit.max_runs is not None and totals.runs >= limit.max_runs:
+        return "runs"
+    return None
+
+
+class BudgetGate:
+    def __init__(
+        self,
+        config: BudgetConfig,
+        store: Store,
+        *,
+        on_refusal: Callable[[str], None] | None = None,
+    ) -> None:
+        self.limits = config.limits
+        self.tz = ZoneInfo(config.timezone)
+        self.store = store
+        self._on_refusal = on_refusal
+        self._cached: tuple[float, BudgetBlock] | None = None
+        self._refused: set[tuple[str, str, float]] = set()
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.limits)
+
+    def usage_keys(
+        self, user_id: str | None, configuration: str | None, now: float
+    ) -> list[UsageKey]:
+        keys = {
+            UsageKey(
+                counter_scope(limit),
+                subject_for(limit, user_id, configuration),
+                period_start(limit.period, now, self.tz),
+            )
+            for limit in self.limits
+        }
+        return sorted(keys, key=lambda k: (k.scope, k.subject))
+
+    def invalidate(self) -> None:
+        """Forget the cached block (after usage was recorded)."""
+        self._cached = None
+
+    async def blocked(self) -> BudgetBlock:
+        """Who may not be claimed now. Empty (and no query) when no limits are configured."""
+        if not self.limits:
+            return BudgetBlock()
+        cached = self._cached
+        if cached is not None and time.monotonic() - cached[0] < CACHE_SECONDS:
+            return cached[1]
+        block = await self._compute()
+        self._cached = (time.monotonic(), block)
+        return block
+
+    async def _compute(self) -> BudgetBlock:
+        now = await self.store.now()
+        periods = {
+            (counter_scope(lim), period_start(lim.period, now, self.tz)) for lim in self.limits
+        }
+        totals = await self.store.usage_in_periods(sorted(periods))
+        users: set[str] = set()
+        configurations: set[str] = set()
+        pairs: set[tuple[str, str]] = set()
+        for limit in self.limits:
+            scope, start = counter_scope(limit), period_start(limit.period, now, self.tz)
+            for key, total in totals.items():
+                if key.scope != scope or key.period_start != start:
+                    continue
+                reason = over_cap(limit, total)
+                if reason is None:
+                    continue
+                self._note_refusal(key, reason)
+                if limit.scope == "user":
+                    users.add(key.subject)
+                elif limit.scope == "configuration":
+                    configurations.add(key.subject)
+                else:
+                    user, _, conf = key.subject.partition(PAIR_SEPARATOR)
+                    pairs.add((user, conf))
+        return BudgetBlock(
+            users=frozenset(users), configurations=frozenset(configurations), pairs=frozenset(pairs)
+        )
+
+    def _note_refusal(self, key: UsageKey, reason: str) -> None:
+        # Count a subject once per period when it becomes blocked, not once per claim pass.
+        marker = (key.scope, key.subject, key.period_start)
+        if marker not in self._refused:
+            self._refused.add(marker)
+            if self._on_refusal is not None:
+                self._on_refusal(reason)
+
+    async def left(self, user_id: str | None, configuration: str | None) -> BudgetLeft | None:
+        """What is left for this user/configuration under the tightest limit; None if unlimited."""
+        if not self.limits:
+            return None
+        now = await self.store.now()
+        keys = self.usage_keys(user_id, configuration, now)
+        totals = await self.store.usage_totals(keys)
+        cost: float | None = None
+        tokens: int | None = None
+        runs: int | None = None
+        for limit in self.limits:
+            key = UsageKey(
+                counter_scope(limit),
+                subject_for(limit, user_id, configuration),
+                period_start(limit.period, now, self.tz),
+            )
+            used = totals.get(key, UsageTotals())
+            if limit.max_cost is not None:
+                cost = _tighter(cost, limit.max_cost - used.cost)
+            if limit.max_tokens is not None:
+                tokens = _tighter(tokens, limit.max_tokens - used.tokens)
+            if limit.max_runs is not None:
+                runs = _tighter(runs, limit.max_runs - used.runs)
+        return BudgetLeft(cost=cost, tokens=tokens, runs=runs)
+
+
+_N = TypeVar("_N", int, float)
+
+
+def _tighter(current: _N | None, candidate: _N) -> _N:
+    return candidate if current is None or candidate < current else current

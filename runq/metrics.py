@@ -1,0 +1,99 @@
+"""Every Prometheus metric runq exports, on one registry per process.
+
+Names follow Prometheus conventions: base units (seconds), ``_total`` for counters,
+and bounded label values (statuses, component types, outcomes, reasons — never ids).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+
+#: Queue waits span milliseconds (a hot fleet) to hours (a stuck deployment).
+WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
+
+RUNS = Gauge("runq_runs", "Runs in the table by status.", ["status"], registry=REGISTRY)
+OLDEST_QUEUED_AGE = Gauge(
+    "runq_oldest_queued_age_seconds",
+    "Age of the oldest claimable queued run (from available_at), by deployment id ('' = none).",
+    ["deployment_id"],
+    registry=REGISTRY,
+)
+QUEUE_WAIT = Histogram(
+    "runq_queue_wait_seconds",
+    "Claim time minus available_at.",
+    ["component_type"],
+    buckets=WAIT_BUCKETS,
+    registry=REGISTRY,
+)
+RUN_DURATION = Histogram(
+    "runq_run_duration_seconds",
+    "Execution time of one attempt, by outcome.",
+    ["component_type", "outcome"],
+    buckets=DURATION_BUCKETS,
+    registry=REGISTRY,
+)
+RUNS_FINISHED = Counter(
+    "runq_runs_finished_total",
+    "Executions ended, by outcome and termination reason.",
+    ["outcome", "termination_reason"],
+    registry=REGISTRY,
+)
+CLAIMS = Counter("runq_claims_total", "Runs claimed by this process.", registry=REGISTRY)
+SUBMISSIONS = Counter(
+    "runq_submissions_total", "Runs accepted by this process.", ["origin"], registry=REGISTRY
+)
+REAPER_REQUEUED = Counter(
+    "runq_reaper_requeued_total", "Stale runs the reaper put back on the queue.", registry=REGISTRY
+)
+REAPER_DEAD_LETTERED = Counter(
+    "runq_reaper_dead_lettered_total", "Stale runs the reaper failed for good.", registry=REGISTRY
+)
+RETENTION_DELETED = Counter(
+    "runq_retention_deleted_total", "Runs purged by retention.", registry=REGISTRY
+)
+LEASES_LOST = Counter(
+    "runq_leases_lost_total", "Executions stopped because their lease was lost.", registry=REGISTRY
+)
+FENCED_WRITES = Counter(
+    "runq_fenced_writes_total",
+    "Writes of a worker that no longer held the lease, discarded.",
+    ["verb"],
+    registry=REGISTRY,
+)
+BUDGET_REFUSALS = Counter(
+    "runq_budget_refusals_total",
+    "Users or configurations held back by a budget limit, by the cap reached.",
+    ["reason"],
+    registry=REGISTRY,
+)
+LIVE_WORKERS = Gauge("runq_live_workers", "Workers seen recently.", registry=REGISTRY)
+EXPIRED_LEASES = Gauge(
+    "runq_expired_leases", "Running runs whose lease is stale.", registry=REGISTRY
+)
+IN_FLIGHT = Gauge("runq_in_flight_runs", "Runs executing in this process.", registry=REGISTRY)
+CONCURRENCY_LIMIT = Gauge(
+    "runq_concurrency_limit", "max_concurrency of this process.", registry=REGISTRY
+)
+EVENT_LOOP_LAG = Gauge(
+    "runq_event_loop_lag_seconds",
+    "How late the event loop ran a timer, last sample.",
+    registry=REGISTRY,
+)
+STORE_ERRORS = Counter(
+    "runq_store_errors_total",
+    "Database errors a service survived (and retried).",
+    ["service"],
+    registry=REGISTRY,
+)

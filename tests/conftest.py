@@ -1,0 +1,141 @@
+"""Shared fixtures: real SQLite files and the real PostgreSQL, a fresh schema per test.
+
+PostgreSQL is at RUNQ_TEST_POSTGRES_URL (default postgresql://postgres@127.0.0.1:5432/test).
+Where it is unreachable the Postgres tests skip with a reason, except under CI=true,
+where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from runq.seal import KeyRing
+from runq.store import make_store
+from runq.store.base import Store
+
+PG_URL = os.environ.get("RUNQ_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+ENGINES = ("sqlite", "postgres")
+#: One key for the whole session; tests of rotation make their own.
+TEST_KEY = bytes(range(32))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Every coroutine test runs on anyio's asyncio backend without a per-test marker.
+    import inspect
+
+    for item in items:
+        func = getattr(item, "function", None)
+        if func is not None and inspect.iscoroutinefunction(func):
+            item.add_marker(pytest.mark.anyio)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+_pg_state: dict[str, str | None] = {}
+
+
+def _check_postgres() -> str | None:
+    """None when PostgreSQL answers, else the reason it does not."""
+    if "reason" not in _pg_state:
+        import asyncio
+
+        async def probe() -> None:
+            conn = await asyncpg.connect(PG_URL, timeout=5)
+            await conn.close()
+
+        try:
+            asyncio.run(probe())
+            _pg_state["reason"] = None
+        except (OSError, asyncpg.PostgresError, TimeoutError) as e:
+            _pg_state["reason"] = f"PostgreSQL at {PG_URL} unreachable: {e}"
+    return _pg_state["reason"]
+
+
+def require_postgres() -> None:
+    reason = _check_postgres()
+    if reason is not None:
+        if IN_CI:
+            pytest.fail(f"{reason} (CI=true: Postgres tests must run)")
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def pg_url() -> str:
+    require_postgres()
+    return PG_URL
+
+
+def new_schema_name() -> str:
+    return f"runq_t_{secrets.token_hex(5)}"
+
+
+async def drop_schema(schema: str) -> None:
+    conn = await asyncpg.connect(PG_URL)
+    try:
+        await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+async def pg_schema() -> AsyncIterator[str]:
+    """A fresh, empty Postgres schema name, dropped after the test."""
+    require_postgres()
+    schema = new_schema_name()
+    yield schema
+    await drop_schema(schema)
+
+
+@pytest.fixture
+def key_ring() -> KeyRing:
+    return KeyRing([TEST_KEY])
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'runq.db'}"
+
+
+async def open_test_store(engine: str, tmp_path: Path, key_ring: KeyRing) -> tuple[Store, str, str]:
+    """A connected, migrated store: (store, url, schema)."""
+    if engine == "postgres":
+        require_postgres()
+        url, schema = PG_URL, new_schema_name()
+    else:
+        url, schema = f"sqlite:///{tmp_path / 'runq.db'}", "runq"
+    store = make_store(url, schema=schema, sealer=key_ring)
+    await store.connect()
+    await store.migrate()
+    return store, url, schema
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+async def store(engine: str, tmp_path: Path, key_ring: KeyRing) -> AsyncIterator[Store]:
+    """The same test once per engine, each on a fresh database/schema."""
+    s, _url, schema = await open_test_store(engine, tmp_path, key_ring)
+    try:
+        yield s
+    finally:
+        await s.close()
+        if engine == "postgres":
+            await drop_schema(schema)
+
+
+@pytest.fixture
+def in_ci() -> Iterator[bool]:
+    yield IN_CI
