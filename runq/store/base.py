@@ -55,7 +55,7 @@ class Store(Protocol):
     async def close(self) -> None: ...
 
     async def migrate(self) -> int:
-        """Apply pending migrations; safe when several processes start at once. Returns the count."""
+        """Apply pending migrations; safe when replicas start at once. Returns how many ran."""
 
     async def schema_is_current(self) -> bool:
         """True when every migration this version knows has been applied (``/readyz``)."""
