@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -122,7 +121,13 @@ RUN_COLUMNS: tuple[str, ...] = (
 RUN_COLUMN_LIST = ", ".join(RUN_COLUMNS)
 
 
-def row_to_run(row: Mapping[str, Any], sealer: Sealer) -> Run:
+class RowLike(Protocol):
+    """What a row must offer: lookup by column name (sqlite3.Row, asyncpg.Record, dict)."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
+
+def row_to_run(row: RowLike, sealer: Sealer) -> Run:
     """A run-table row (sqlite3.Row, asyncpg.Record or dict) → an opened ``Run``.
 
     ``resume`` is None while neither resume state nor decision is stored; a paused run
@@ -184,6 +189,14 @@ def sort_column(sort_by: str) -> str:
 
 def sort_direction(sort_order: str) -> str:
     return "ASC" if sort_order.lower() == "asc" else "DESC"
+
+
+def order_by_sql(sort_by: str, sort_order: str) -> str:
+    """``ORDER BY`` body for the listing: whitelisted column, NULLs last in both directions
+    (both engines spell it the same; their defaults differ), id as the tie-breaker so pages
+    never overlap."""
+    direction = sort_direction(sort_order)
+    return f"{sort_column(sort_by)} {direction} NULLS LAST, id {direction}"
 
 
 # -- texts the store writes or raises ---------------------------------------------------

@@ -1,0 +1,130 @@
+"""Small helpers shared by the tests: waiting on a condition with a deadline, ordered ids.
+
+Tests never sleep-and-hope: they wait for a condition and fail with a message that says
+what never happened.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import anyio
+
+T = TypeVar("T")
+
+Predicate = Callable[[], Any]
+
+
+async def wait_for(
+    predicate: Predicate,
+    *,
+    timeout: float,
+    interval: float = 0.05,
+    message: str,
+) -> Any:
+    """Await until ``predicate()`` is truthy; return its value.
+
+    ``predicate`` may be sync or return an awaitable. On the deadline, raises
+    ``AssertionError`` with ``message`` and the last value seen (or the last exception the
+    predicate raised), so the failure says what never happened.
+    """
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    last_error: BaseException | None = None
+    while True:
+        try:
+            value = predicate()
+            if inspect.isawaitable(value):
+                value = await value
+            last, last_error = value, None
+            if value:
+                return value
+        except AssertionError as e:
+            last_error = e
+        if time.monotonic() >= deadline:
+            detail = f"last error: {last_error!r}" if last_error else f"last value: {last!r}"
+            raise AssertionError(f"{message} (not within {timeout:g}s; {detail})")
+        await anyio.sleep(interval)
+
+
+def wait_for_sync(
+    predicate: Callable[[], Any],
+    *,
+    timeout: float,
+    interval: float = 0.05,
+    message: str,
+) -> Any:
+    """The blocking twin of ``wait_for`` for sync code (threads, subprocesses)."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    last_error: BaseException | None = None
+    while True:
+        try:
+            value = predicate()
+            last, last_error = value, None
+            if value:
+                return value
+        except AssertionError as e:
+            last_error = e
+        if time.monotonic() >= deadline:
+            detail = f"last error: {last_error!r}" if last_error else f"last value: {last!r}"
+            raise AssertionError(f"{message} (not within {timeout:g}s; {detail})")
+        time.sleep(interval)
+
+
+async def gather(*awaitables: Awaitable[T]) -> list[T]:
+    """Run awaitables concurrently in one task group and return their results in order."""
+    results: list[Any] = [None] * len(awaitables)
+
+    async def one(i: int, aw: Awaitable[T]) -> None:
+        results[i] = await aw
+
+    async with anyio.create_task_group() as tg:
+        for i, aw in enumerate(awaitables):
+            tg.start_soon(one, i, aw)
+    return results
+
+
+_id_lock = threading.Lock()
+_id_last = [0]
+
+
+def ordered_run_id() -> str:
+    """A UUIDv7-shaped id that is strictly greater than every id this process made before.
+
+    Tests that depend on "oldest first" pass these as ``NewRun.id`` so their ordering does
+    not hinge on how many runs fit into one millisecond.
+    """
+    with _id_lock:
+        ms = time.time_ns() // 1_000_000
+        # 48 bits of time, then a 74-bit counter space: bump the previous value when the
+        # clock has not moved past it.
+        candidate = ms << 74
+        value = max(candidate, _id_last[0] + 1)
+        _id_last[0] = value
+    rand = int.from_bytes(os.urandom(2), "big") & 0x3FF
+    ms_part = value >> 74
+    counter = value & ((1 << 74) - 1)
+    # Layout: ms(48) | ver(4)=7 | counter high 12 | var(2)=0b10 | counter low 62 bits.
+    full = (ms_part & ((1 << 48) - 1)) << 80
+    full |= 0x7 << 76
+    full |= ((counter >> 62) & 0xFFF) << 64
+    full |= 0b10 << 62
+    full |= counter & ((1 << 62) - 1)
+    del rand
+    h = f"{full:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def approx(expected: float, tolerance: float) -> Callable[[float | None], bool]:
+    """A predicate for "within ``tolerance`` of ``expected``" that reads well in asserts."""
+
+    def check(actual: float | None) -> bool:
+        return actual is not None and abs(actual - expected) <= tolerance
+
+    return check
