@@ -1,0 +1,118 @@
+"""``/queue``: the operator surface of seed 004 (stats, job listing, one job, requeue).
+
+Guards, in this order: a replica without a worker answers 503 before anything else;
+then authentication (401); then the admin scope for JWT identities (403).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from litestar import Router, get, post
+from litestar.params import Parameter
+
+from runq.api.guards import Services, authenticate, require_admin, require_worker
+from runq.api.problems import error_responses
+from runq.api.schemas import MAX_PAGE, JobsPage, SortOrder, is_plausible_id
+from runq.errors import NotFound
+from runq.model import DEFAULT_SORT_BY, SORTABLE_FIELDS, JobView, Stats, Status
+
+_GUARDED = (401, 403, 503)
+
+JobId = Annotated[str, Parameter(description="The job id (equal to the run's run_id).")]
+
+
+@get(
+    "/stats",
+    summary="Queue stats",
+    description="Job counts by status and the oldest queued job's age in seconds (null when none).",
+    responses=error_responses(*_GUARDED),
+)
+async def queue_stats(services: Services) -> Stats:
+    return await services.queue.stats()
+
+
+@get(
+    "/jobs",
+    summary="List jobs",
+    description=(
+        "Paginated, every field. `status` is repeatable (`status=failed` alone is the "
+        "dead-letter list). A page past the last answers an empty `data`."
+    ),
+    responses=error_responses(400, *_GUARDED),
+)
+async def list_jobs(
+    services: Services,
+    status: Annotated[
+        list[Status] | None, Parameter(description="Repeat to match several statuses.")
+    ] = None,
+    limit: Annotated[int, Parameter(ge=1, le=1000, description="Jobs per page.")] = 20,
+    page: Annotated[int, Parameter(ge=1, le=MAX_PAGE, description="Page number, from 1.")] = 1,
+    sort_by: Annotated[
+        str,
+        Parameter(
+            description=f"One of {', '.join(sorted(SORTABLE_FIELDS))}; unknown fields are ignored."
+        ),
+    ] = DEFAULT_SORT_BY,
+    sort_order: SortOrder = "desc",
+) -> JobsPage:
+    result = await services.queue.list_jobs(
+        statuses=tuple(status or ()),
+        page=page,
+        limit=limit,
+        # The seed says unknown fields are ignored: fall back rather than refuse.
+        sort_by=sort_by if sort_by in SORTABLE_FIELDS else DEFAULT_SORT_BY,
+        sort_order=sort_order,
+    )
+    return JobsPage.from_page(result)
+
+
+@get(
+    "/jobs/{job_id:str}",
+    summary="One job",
+    responses=error_responses(400, 404, *_GUARDED),
+)
+async def get_job(job_id: JobId, services: Services) -> JobView:
+    run = await services.queue.get(job_id) if is_plausible_id(job_id) else None
+    if run is None:
+        raise NotFound("no such job")
+    return JobView.from_run(run)
+
+
+@post(
+    "/jobs/{job_id:str}/requeue",
+    status_code=200,
+    summary="Requeue a failed or cancelled job",
+    description=(
+        "Grants one more execution (`max_attempts = attempt + 1`). Only failed and cancelled "
+        "jobs qualify (400 otherwise). A job that failed within `lock_grace_seconds` answers "
+        "409 unless `force=true`. A recorded cancel stays unless `clear_cancellation=true`."
+    ),
+    responses=error_responses(400, 404, 409, *_GUARDED),
+)
+async def requeue_job(
+    job_id: JobId,
+    services: Services,
+    clear_cancellation: Annotated[
+        bool, Parameter(description="Clear a recorded cancel (the explicit operator override).")
+    ] = False,
+    force: Annotated[
+        bool, Parameter(description="Requeue a job that failed within lock_grace_seconds.")
+    ] = False,
+) -> JobView:
+    if not is_plausible_id(job_id):
+        raise NotFound("no such job")
+    run = await services.queue.requeue(job_id, clear_cancellation=clear_cancellation, force=force)
+    # The replica that served the request claims the job at once if it has capacity.
+    services.wake()
+    return JobView.from_run(run)
+
+
+def queue_router(*, secured: bool) -> Router:
+    return Router(
+        path="/queue",
+        route_handlers=[queue_stats, list_jobs, get_job, requeue_job],
+        guards=[require_worker, authenticate, require_admin],
+        tags=["queue"],
+        security=[{"bearer": []}] if secured else None,
+    )

@@ -1,0 +1,209 @@
+"""``/runs``: submit, read, cancel and continue runs, with per-caller visibility.
+
+Visibility (DESIGN §8, seed 003 "Whose rights"): admins see and open every run; holders
+of the approve scope see every run and may continue it but get no payload or answer;
+everyone else sees only their own runs and gets 404 for the rest, so the existence of
+another user's run is not disclosed.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from litestar import Response, Router, get, post
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import Parameter
+
+from runq.api import ApiServices
+from runq.api.auth import Forbidden, Identity
+from runq.api.guards import CurrentIdentity, Services, authenticate
+from runq.api.problems import IdempotencyKeyInvalid, error_responses
+from runq.api.schemas import (
+    MAX_IDEMPOTENCY_KEY_CHARS,
+    ContinueRequest,
+    RunOut,
+    RunSubmission,
+    SubmitAccepted,
+    is_plausible_id,
+)
+from runq.errors import BadRequest, NotFound, UnknownComponent
+from runq.model import NewRun, Run, SubmitResult
+
+RunId = Annotated[str, Parameter(description="The run id (equal to its job id).")]
+IdempotencyKey = Annotated[
+    str | None,
+    Parameter(
+        header="Idempotency-Key",
+        required=False,
+        description=(
+            "Makes the submission safe to retry: the same key from the same user answers "
+            f"with the original run. At most {MAX_IDEMPOTENCY_KEY_CHARS} characters (else 422); "
+            "reused for another component: 409."
+        ),
+    ),
+]
+
+
+@post(
+    "/",
+    status_code=202,
+    summary="Submit a run",
+    description=(
+        "Stores a queued run and answers 202. With `background: false` the routing rule "
+        "applies: on a `sync` route the run executes inside the request and the answer "
+        "comes back with 200."
+    ),
+    responses={
+        200: ResponseSpec(
+            data_container=SubmitAccepted, description="Executed inside the request (sync route)"
+        ),
+        **error_responses(400, 401, 409, 413, 422, 429, 503),
+    },
+)
+async def submit_run(
+    data: RunSubmission,
+    services: Services,
+    identity: CurrentIdentity,
+    idempotency_key: IdempotencyKey = None,
+) -> Response[SubmitAccepted]:
+    key = _checked_idempotency_key(idempotency_key)
+    queue = services.queue
+    if not queue.components.knows(data.component_type, data.component_id):
+        raise UnknownComponent(
+            f"no component {data.component_type}/{data.component_id} is configured"
+        )
+    new = _new_run(data, identity, key, services)
+    result, executed = await queue.submit(new, background=data.background)
+    inline = not data.background and queue.route(data.component_type, data.component_id) == "sync"
+    return _submit_response(result, executed, inline=inline)
+
+
+def _checked_idempotency_key(key: str | None) -> str | None:
+    if key is None:
+        return None
+    if len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
+        raise IdempotencyKeyInvalid(
+            f"Idempotency-Key is {len(key)} characters; "
+            f"at most {MAX_IDEMPOTENCY_KEY_CHARS} are allowed"
+        )
+    if not key.strip():
+        raise BadRequest("Idempotency-Key must not be empty")
+    return key
+
+
+def _new_run(
+    data: RunSubmission, identity: Identity, key: str | None, services: ApiServices
+) -> NewRun:
+    """The queue resolves the defaults (``max_attempts``, this replica's deployment)."""
+    new = services.queue.new_run(
+        data.component_type,
+        data.component_id,
+        data.payload,
+        session_id=data.session_id,
+        actor=identity.actor,
+        configuration=data.configuration,
+        idempotency_key=key,
+        max_attempts=data.max_attempts,
+        deployment_id=data.deployment_id or None,
+        priority=data.priority,
+        delay_seconds=data.delay_seconds,
+        origin="http",
+    )
+    if data.deployment_id == "":
+        # An explicit "" means "no deployment" (any worker), as in the config key; only an
+        # absent field takes the accepting replica's deployment.
+        new.deployment_id = None
+    return new
+
+
+def _submit_response(
+    result: SubmitResult, executed: Run | None, *, inline: bool
+) -> Response[SubmitAccepted]:
+    run = executed if executed is not None else result.run
+    body = SubmitAccepted(run_id=run.id, session_id=run.session_id, status=run.status)
+    headers = {"Location": f"/runs/{run.id}"}
+    if not result.created:
+        headers["Idempotent-Replayed"] = "true"
+    if inline and run.is_final:
+        # The submitter is the run's own user (idempotency keys are per user), so the
+        # answer it kept is theirs to read.
+        body.answer = run.answer
+        body.error = run.error
+        body.termination_reason = run.termination_reason
+        return Response(body, status_code=200, headers=headers)
+    return Response(body, status_code=202, headers=headers)
+
+
+async def _visible_run(services: ApiServices, identity: Identity, run_id: str) -> Run:
+    run = await services.queue.get(run_id) if is_plausible_id(run_id) else None
+    if run is None or not identity.can_see(run):
+        raise NotFound("no such run")
+    return run
+
+
+def _out(identity: Identity, run: Run) -> RunOut:
+    return RunOut.from_run(run, with_content=identity.can_read_content(run))
+
+
+@get(
+    "/{run_id:str}",
+    summary="Read a run",
+    description="The job fields as the caller may see them, plus `answer` when kept.",
+    responses=error_responses(400, 401, 404, 503),
+)
+async def read_run(run_id: RunId, services: Services, identity: CurrentIdentity) -> RunOut:
+    return _out(identity, await _visible_run(services, identity, run_id))
+
+
+@post(
+    "/{run_id:str}/cancel",
+    status_code=200,
+    summary="Cancel a run",
+    description=(
+        "Queued or paused: cancelled at once. Running: the cancel is recorded and the run "
+        "stops at its next checkpoint or heartbeat. Completed or failed: 409."
+    ),
+    responses=error_responses(400, 401, 403, 404, 409, 503),
+)
+async def cancel_run(run_id: RunId, services: Services, identity: CurrentIdentity) -> RunOut:
+    run = await _visible_run(services, identity, run_id)
+    if not identity.can_cancel(run):
+        raise Forbidden("only the run's own user or an admin may cancel it")
+    return _out(identity, await services.queue.cancel(run.id))
+
+
+@post(
+    "/{run_id:str}/continue",
+    status_code=200,
+    summary="Continue a paused run",
+    description=(
+        "Queues a paused run again with `decision` (its handler reads `ctx.resume`). "
+        "409 when the run is not paused; a second continue of the same pause answers "
+        "with the same run and changes nothing."
+    ),
+    responses=error_responses(400, 401, 403, 404, 409, 413, 503),
+)
+async def continue_run(
+    run_id: RunId,
+    services: Services,
+    identity: CurrentIdentity,
+    data: ContinueRequest | None = None,
+) -> RunOut:
+    run = await _visible_run(services, identity, run_id)
+    if not identity.can_continue(run):
+        raise Forbidden("only the run's own user, an approver or an admin may continue it")
+    decision = data.decision if data is not None else None
+    continued = await services.queue.continue_(run.id, decision)
+    services.wake()
+    return _out(identity, continued)
+
+
+def runs_router(*, secured: bool) -> Router:
+    """``secured``: the OpenAPI document names the bearer scheme (auth key or jwt)."""
+    return Router(
+        path="/runs",
+        route_handlers=[submit_run, read_run, cancel_run, continue_run],
+        guards=[authenticate],
+        tags=["runs"],
+        security=[{"bearer": []}] if secured else None,
+    )

@@ -1,0 +1,176 @@
+"""Request and response bodies of the HTTP API, as msgspec Structs.
+
+Litestar decodes and validates request bodies against these types and generates the
+OpenAPI document from them, so the constraints below *are* the API's input rules: no
+handler parses JSON by hand. Text fields refuse control characters because PostgreSQL
+``text`` cannot hold NUL and such values are never meaningful identifiers.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
+
+from runq.model import JobView, Page, Run, Status, TerminationReason
+
+#: Longest ``Idempotency-Key`` accepted; a longer one is answered 422 (issue #1).
+MAX_IDEMPOTENCY_KEY_CHARS = 512
+#: Upper bounds that keep every accepted number inside a 32-bit column and a sane range.
+MAX_ATTEMPTS_LIMIT = 1000
+PRIORITY_LIMIT = 1_000_000
+MAX_DELAY_SECONDS = 366 * 86400.0
+#: Highest page number; keeps ``(page - 1) * limit`` well inside a 64-bit OFFSET.
+MAX_PAGE = 1_000_000_000
+
+_PRINTABLE = r"^[^\x00-\x1f\x7f]+$"
+#: Ids are UUIDv7 here, but imports may set their own; refuse only what no id can contain
+#: (PostgreSQL text cannot hold NUL), so a crafted path is a 404, never a database error.
+_PLAUSIBLE_ID = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
+#: An identifier chosen by the caller (component id, session, configuration).
+Name = Annotated[str, Meta(min_length=1, max_length=200, pattern=_PRINTABLE)]
+#: ``deployment_id``: "" means "none", like the config key.
+DeploymentName = Annotated[str, Meta(max_length=200, pattern=r"^[^\x00-\x1f\x7f]*$")]
+ComponentTypeName = Literal["agent", "team", "workflow", "task"]
+SortOrder = Literal["asc", "desc"]
+
+
+def is_plausible_id(run_id: str) -> bool:
+    return _PLAUSIBLE_ID.match(run_id) is not None
+
+
+class RunSubmission(Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /runs``. Unknown fields are refused: a misspelt option must not be ignored."""
+
+    component_type: ComponentTypeName
+    component_id: Name
+    payload: Any = None
+    session_id: Name | None = None
+    #: Budget scope ``configuration`` (``[[budget.limits]]``); optional.
+    configuration: Name | None = None
+    #: Default: ``[queue] max_attempts``.
+    max_attempts: Annotated[int, Meta(ge=1, le=MAX_ATTEMPTS_LIMIT)] | None = None
+    #: Default: the accepting replica's ``[queue] deployment_id``.
+    deployment_id: DeploymentName | None = None
+    #: Lower runs first.
+    priority: Annotated[int, Meta(ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)] = 0
+    delay_seconds: Annotated[float, Meta(ge=0, le=MAX_DELAY_SECONDS)] = 0.0
+    #: False: follow the routing rule; on a ``sync`` route the run executes in the request.
+    background: bool = True
+
+
+class ContinueRequest(Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /runs/{id}/continue``: the decision handed to the run as ``ctx.resume.decision``."""
+
+    decision: Any = None
+
+
+class SubmitAccepted(Struct, kw_only=True):
+    """``POST /runs``: 202 for a queued run; 200 with the outcome when it ran in the request."""
+
+    run_id: str
+    session_id: str | None
+    status: Status
+    #: Only on 200 (executed inside the request), and only when the answer was kept.
+    answer: Any | UnsetType = UNSET
+    error: str | UnsetType | None = UNSET
+    termination_reason: TerminationReason | UnsetType | None = UNSET
+
+
+class RunOut(Struct, kw_only=True):
+    """``GET /runs/{id}``: the job fields as the viewer may see them, plus the answer.
+
+    ``payload`` and ``answer`` are absent (not null) for a viewer who may see the run but not
+    its content (an approver of someone else's run).
+    """
+
+    id: str
+    component_type: str
+    component_id: str
+    session_id: str | None
+    user_id: str | None
+    status: Status
+    attempt: int
+    max_attempts: int
+    error: str | None
+    locked_by: str | None
+    locked_at: float | None
+    idempotency_key: str | None
+    created_at: float
+    updated_at: float
+    completed_at: float | None
+    deployment_id: str | None
+    available_at: float
+    priority: int
+    termination_reason: TerminationReason | None
+    pause_reason: str | None
+    cancel_requested: bool
+    payload: Any | UnsetType = UNSET
+    answer: Any | UnsetType = UNSET
+
+    @classmethod
+    def from_run(cls, run: Run, *, with_content: bool) -> RunOut:
+        view = JobView.from_run(run)
+        fields = msgspec.structs.asdict(view)
+        fields.pop("payload")
+        out = cls(**fields, cancel_requested=run.cancel_requested)
+        if with_content:
+            out.payload = run.payload
+            out.answer = run.answer
+        return out
+
+
+class PageMeta(Struct, kw_only=True):
+    page: int
+    limit: int
+    total_count: int
+    total_pages: int
+
+
+class JobsPage(Struct, kw_only=True):
+    """``GET /queue/jobs``: one page of jobs with every field, and where it sits."""
+
+    data: list[JobView]
+    meta: PageMeta
+
+    @classmethod
+    def from_page(cls, page: Page) -> JobsPage:
+        meta = PageMeta(
+            page=page.page,
+            limit=page.limit,
+            total_count=page.total_count,
+            total_pages=page.total_pages,
+        )
+        return cls(data=[JobView.from_run(run) for run in page.data], meta=meta)
+
+
+class ErrorBody(Struct, kw_only=True):
+    """Every error answer: a stable machine-readable ``error`` and a human ``detail``."""
+
+    error: str
+    detail: str
+
+
+class HealthOut(Struct, kw_only=True):
+    status: Literal["ok", "ready"]
+    detail: str = ""
+
+
+__all__ = [
+    "MAX_IDEMPOTENCY_KEY_CHARS",
+    "MAX_PAGE",
+    "ComponentTypeName",
+    "ContinueRequest",
+    "ErrorBody",
+    "HealthOut",
+    "JobsPage",
+    "PageMeta",
+    "RunOut",
+    "RunSubmission",
+    "SortOrder",
+    "Status",
+    "SubmitAccepted",
+    "is_plausible_id",
+]
