@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import os
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -367,8 +368,17 @@ SORTABLE_FIELDS: frozenset[str] = frozenset(
 DEFAULT_SORT_BY = "created_at"
 
 
+_last_id_value = 0
+_id_lock = threading.Lock()
+
+
 def new_run_id() -> str:
-    """A UUIDv7 string: time-ordered, so ids sort by creation and index pages stay hot."""
+    """A UUIDv7 string: time-ordered, so ids sort by creation and index pages stay hot.
+
+    Monotonic within a process: ids made in the same millisecond still increase (the
+    random bits count up), because "oldest first" ties on equal times break by id.
+    """
+    global _last_id_value
     ms = time.time_ns() // 1_000_000
     rand = int.from_bytes(os.urandom(10), "big")
     value = (ms & ((1 << 48) - 1)) << 80
@@ -376,6 +386,14 @@ def new_run_id() -> str:
     value |= ((rand >> 62) & 0xFFF) << 64
     value |= 0b10 << 62
     value |= rand & ((1 << 62) - 1)
+    with _id_lock:
+        if value <= _last_id_value:
+            # Same (or an earlier, if the clock stepped back) millisecond: count up from the
+            # last id, skipping the fixed version/variant bits so the id stays a valid UUIDv7.
+            value = _last_id_value + 1
+            if (value >> 62) & 0b11 != 0b10:
+                value = ((value >> 64) + 1) << 64 | (0b10 << 62)
+        _last_id_value = value
     h = f"{value:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 

@@ -191,12 +191,19 @@ def sort_direction(sort_order: str) -> str:
     return "ASC" if sort_order.lower() == "asc" else "DESC"
 
 
+#: Sortable columns that may hold NULL (the others are NOT NULL in the schema).
+_NULLABLE_SORT_FIELDS = frozenset({"completed_at", "user_id"})
+
+
 def order_by_sql(sort_by: str, sort_order: str) -> str:
     """``ORDER BY`` body for the listing: whitelisted column, NULLs last in both directions
     (both engines spell it the same; their defaults differ), id as the tie-breaker so pages
     never overlap."""
-    direction = sort_direction(sort_order)
-    return f"{sort_column(sort_by)} {direction} NULLS LAST, id {direction}"
+    column, direction = sort_column(sort_by), sort_direction(sort_order)
+    # NULLS LAST only where a NULL can occur: on a NOT NULL column it would only stop
+    # SQLite from walking an index in order.
+    nulls = " NULLS LAST" if column in _NULLABLE_SORT_FIELDS else ""
+    return f"{column} {direction}{nulls}, id {direction}"
 
 
 # -- texts the store writes or raises ---------------------------------------------------
