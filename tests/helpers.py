@@ -7,7 +7,6 @@ what never happened.
 from __future__ import annotations
 
 import inspect
-import os
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -23,7 +22,7 @@ Predicate = Callable[[], Any]
 async def wait_for(
     predicate: Predicate,
     *,
-    timeout: float,
+    timeout: float,  # noqa: ASYNC109 - the deadline is the point of this helper
     interval: float = 0.05,
     message: str,
 ) -> Any:
@@ -107,7 +106,6 @@ def ordered_run_id() -> str:
         candidate = ms << 74
         value = max(candidate, _id_last[0] + 1)
         _id_last[0] = value
-    rand = int.from_bytes(os.urandom(2), "big") & 0x3FF
     ms_part = value >> 74
     counter = value & ((1 << 74) - 1)
     # Layout: ms(48) | ver(4)=7 | counter high 12 | var(2)=0b10 | counter low 62 bits.
@@ -116,7 +114,6 @@ def ordered_run_id() -> str:
     full |= ((counter >> 62) & 0xFFF) << 64
     full |= 0b10 << 62
     full |= counter & ((1 << 62) - 1)
-    del rand
     h = f"{full:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 

@@ -1,0 +1,201 @@
+"""Claimers fill free slots; the sweep is a bounded claimer for ``runq work``.
+
+``Claimer.run`` claims as many runs as there are free slots (``max_concurrency`` minus
+in-flight) in one statement, starts each in the executions task group, and then sleeps
+until woken (a transport, a finished run, a requeue) or ``poll_interval`` passes. The
+budget is asked before the claim (seed 003): users and configurations over a cap are
+excluded, so their runs stay queued while the runs behind them go on. On a database error
+it logs, backs off with jitter and tries again, so a PostgreSQL restart needs no restart
+of the daemon.
+
+``sweep`` is one bounded pass for cron (seed 003, ``runq work``): oldest first, at most
+``limit`` runs within ``time_limit`` seconds, executed one at a time by the same executor.
+A failed run is that run's outcome; a queue that cannot be read raises.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from runq.daemon.executor import Executor, InFlight
+from runq.daemon.runtime import WorkerRuntime
+from runq.daemon.service import backoff_delay
+from runq.log import get_logger
+from runq.metrics import CLAIMS, CONCURRENCY_LIMIT, STORE_ERRORS
+from runq.model import BudgetBlock, Run
+from runq.store.base import Store
+
+log = get_logger(__name__)
+
+CLAIM_BACKOFF_MAX = 10.0
+
+
+@dataclass(frozen=True)
+class ClaimerConfig:
+    #: Slots: runs this process executes at once (``[queue] max_concurrency``).
+    max_concurrency: int = 32
+    #: Seconds between claim passes when nothing wakes the claimer (``[queue] poll_interval``).
+    poll_interval: float = 1.0
+    #: This replica's deployment (affinity); None claims only runs with none.
+    deployment_id: str | None = None
+    #: One run at a time per session, oldest first (``[queue] serialize_sessions``).
+    serialize_sessions: bool = True
+
+
+class Claimer:
+    def __init__(
+        self,
+        store: Store,
+        runtime: WorkerRuntime,
+        config: ClaimerConfig,
+    ) -> None:
+        self.store = store
+        self.runtime = runtime
+        self.config = config
+        self._wake = anyio.Event()
+        self._stopping = False
+        self._stopped = anyio.Event()
+        self.passes = 0
+
+    @property
+    def executor(self) -> Executor:
+        return self.runtime.executor
+
+    @property
+    def inflight(self) -> InFlight:
+        return self.runtime.inflight
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Stop claiming (the drain); runs already started go on."""
+        self._stopping = True
+        self._wake.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    async def _blocked(self) -> BudgetBlock | None:
+        budget = self.runtime.budget
+        return await budget.blocked() if budget.enabled else None
+
+    async def claim_once(self, executions: TaskGroup) -> int:
+        """One pass: claim up to the free slots and start them. Returns how many."""
+        free = self.config.max_concurrency - len(self.inflight)
+        if free <= 0:
+            return 0
+        runs = await self.store.claim(
+            self.runtime.worker_id,
+            free,
+            deployment_id=self.config.deployment_id,
+            serialize_sessions=self.config.serialize_sessions,
+            blocked=await self._blocked(),
+        )
+        CLAIMS.inc(len(runs))
+        for run in runs:
+            executions.start_soon(self.executor.execute, run, name=f"run {run.id}")
+        return len(runs)
+
+    async def run(
+        self, executions: TaskGroup, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Claim until ``stop()``. Reports started after the first pass (readiness)."""
+        CONCURRENCY_LIMIT.set(self.config.max_concurrency)
+        failures = 0
+        started = False
+        try:
+            while not self._stopping:
+                self._wake = anyio.Event()
+                try:
+                    claimed = await self.claim_once(executions)
+                    failures = 0
+                except Exception as e:
+                    failures += 1
+                    STORE_ERRORS.labels(service="claimer").inc()
+                    delay = backoff_delay(failures, cap=CLAIM_BACKOFF_MAX, base=0.2)
+                    log.warning(
+                        "claim.failed", error=str(e) or type(e).__name__, retry_in=round(delay, 2)
+                    )
+                    await self._sleep(delay)
+                    continue
+                finally:
+                    self.passes += 1
+                    if not started:
+                        started = True
+                        task_status.started()
+                free = self.config.max_concurrency - len(self.inflight)
+                if claimed and free > 0:
+                    continue  # a full pass: more may be waiting for the slots still free
+                await self._sleep(self.config.poll_interval)
+        finally:
+            self._stopped.set()
+
+    async def _sleep(self, seconds: float) -> None:
+        with anyio.move_on_after(seconds):
+            await self._wake.wait()
+
+
+# -- the bounded sweep of `runq work` ------------------------------------------------------------
+
+
+@dataclass
+class SweepReport:
+    claimed: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    seconds: float = 0.0
+    stopped_by: str = "empty"  # empty | limit | time_limit
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "claimed": self.claimed,
+            "outcomes": dict(self.outcomes),
+            "seconds": round(self.seconds, 3),
+            "stopped_by": self.stopped_by,
+        }
+
+
+async def sweep(
+    store: Store,
+    runtime: WorkerRuntime,
+    *,
+    limit: int,
+    time_limit: float,
+    deployment_id: str | None,
+    serialize_sessions: bool = True,
+) -> SweepReport:
+    """Claim oldest first and execute, one run at a time, until the queue has nothing
+    claimable, ``limit`` runs were claimed, or ``time_limit`` seconds passed (no new claim
+    after it; the run in progress finishes). Claim errors propagate."""
+    report = SweepReport()
+    started = time.monotonic()
+    async with runtime.active():
+        while True:
+            if report.claimed >= limit:
+                report.stopped_by = "limit"
+                break
+            if time.monotonic() - started >= time_limit:
+                report.stopped_by = "time_limit"
+                break
+            blocked = await runtime.budget.blocked() if runtime.budget.enabled else None
+            runs: list[Run] = await store.claim(
+                runtime.worker_id,
+                1,
+                deployment_id=deployment_id,
+                serialize_sessions=serialize_sessions,
+                blocked=blocked,
+            )
+            if not runs:
+                report.stopped_by = "empty"
+                break
+            CLAIMS.inc()
+            report.claimed += 1
+            outcome = await runtime.executor.execute(runs[0])
+            report.outcomes[outcome.kind] += 1
+    report.seconds = time.monotonic() - started
+    return report

@@ -1,0 +1,619 @@
+"""The executor: one claimed run, from handler call to its settled outcome.
+
+This is the one code path of the daemon's claimers, ``runq work`` and the ``sync``
+transport. For each run it:
+
+1. registers the execution in the ``InFlight`` registry, whose leases the heartbeat loop
+   renews (one statement for all of them);
+2. settles at once a run that cannot execute: an unknown component (``not_retryable``),
+   or a cancel recorded before the claim (``cancelled``, visibly, before any work);
+3. calls the handler inside a cancel scope under ``timeout_seconds``: coroutine handlers
+   on the loop, plain functions in a worker thread (they cannot be interrupted, so the
+   run keeps its slot and lease until the thread returns, and a retry never overlaps it);
+4. settles the outcome with one fenced write: complete (answer filtered by
+   ``[privacy] level``, batched by the completer), fail (retryable with full-jitter
+   backoff, or not), pause, or cancelled. A lost lease writes nothing.
+
+A cancel, a lost lease or the drain cancels the execution's scope (``Execution.interrupt``);
+the interrupt decides the outcome even when the handler raised something else meanwhile.
+An exception's message becomes the run's ``error``; its traceback goes to the log only.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+import anyio.lowlevel
+import msgspec
+
+from runq.components import ComponentRegistry, Handler, is_async_handler
+from runq.config import Config
+from runq.context import RunContext
+from runq.daemon.completer import Completer
+from runq.daemon.service import backoff_delay
+from runq.errors import (
+    BudgetExhausted,
+    LeaseLost,
+    PauseRequested,
+    Permanent,
+    Retryable,
+    RunCancelled,
+    RunInterrupted,
+    StoreUnavailable,
+)
+from runq.log import get_logger
+from runq.metrics import (
+    FENCED_WRITES,
+    IN_FLIGHT,
+    LEASES_LOST,
+    QUEUE_WAIT,
+    RUN_DURATION,
+    RUNS_FINISHED,
+    STORE_ERRORS,
+)
+from runq.model import Completion, FailOutcome, Lease, Run, TerminationReason, retry_delay
+from runq.privacy import keep_answer
+from runq.store.base import Store
+
+if TYPE_CHECKING:
+    from runq.budget import BudgetGate, BudgetLeft
+
+log = get_logger(__name__)
+
+T = TypeVar("T")
+
+SHUTDOWN_ERROR = "interrupted by worker shutdown"
+#: ``ctx.checkpoint()`` renews the lease at most this often.
+CHECKPOINT_RENEW_SECONDS = 1.0
+MAX_ERROR_CHARS = 2000
+#: How often a cancelled or timed-out execution looks whether its handler thread returned.
+THREAD_POLL_SECONDS = 0.05
+#: Errors worth retrying a settle write for: the database is away, not the write wrong.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (StoreUnavailable, OSError, TimeoutError)
+
+
+class Interrupt(enum.StrEnum):
+    CANCELLED = "cancelled"
+    LEASE_LOST = "lease_lost"
+    SHUTDOWN = "shutdown"
+
+
+class WorkerShutdown(RunInterrupted):
+    """Raised by ``checkpoint()`` while the worker drains and this run is a straggler."""
+
+    def __init__(self) -> None:
+        super().__init__(SHUTDOWN_ERROR)
+
+
+_INTERRUPT_ERRORS: dict[Interrupt, Callable[[], RunInterrupted]] = {
+    Interrupt.CANCELLED: RunCancelled,
+    Interrupt.LEASE_LOST: LeaseLost,
+    Interrupt.SHUTDOWN: WorkerShutdown,
+}
+
+_threads_lock = threading.Lock()
+_live_threads = [0]
+
+
+def live_handler_threads() -> int:
+    """Plain-function handlers still running (possibly abandoned by a drain)."""
+    with _threads_lock:
+        return _live_threads[0]
+
+
+# -- one execution -----------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Execution:
+    """One attempt of one run in this process; the hooks its ``RunContext`` calls."""
+
+    run: Run
+    executor: Executor
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    interrupted: Interrupt | None = None
+    shutdown_requested: bool = False
+    thread_done: threading.Event | None = None
+    last_renewal: float = field(default_factory=time.monotonic)
+
+    @property
+    def lease(self) -> Lease:
+        return self.run.lease
+
+    def interrupt(self, reason: Interrupt) -> None:
+        """Stop the handler; the first reason decides the outcome."""
+        if reason is Interrupt.SHUTDOWN:
+            self.shutdown_requested = True
+        if self.interrupted is None:
+            self.interrupted = reason
+        self.scope.cancel()
+
+    def _raise_if_interrupted(self) -> None:
+        if self.interrupted is not None:
+            raise _INTERRUPT_ERRORS[self.interrupted]()
+
+    async def checkpoint(self) -> None:
+        self._raise_if_interrupted()
+        await anyio.lowlevel.checkpoint()
+        if time.monotonic() - self.last_renewal >= CHECKPOINT_RENEW_SECONDS:
+            self.last_renewal = time.monotonic()
+            await self._renew()
+        self._raise_if_interrupted()
+
+    async def _renew(self) -> None:
+        ex = self.executor
+        try:
+            result = await ex.store.heartbeat_many(ex.worker_id, [self.lease])
+        except Exception as e:
+            # The heartbeat loop keeps trying; a checkpoint must not fail the run for it.
+            log.debug("checkpoint.renew_failed", run_id=self.run.id, error=str(e))
+            return
+        if self.lease in result.lost:
+            self.interrupt(Interrupt.LEASE_LOST)
+        elif self.run.id in result.cancel_requested:
+            self.interrupt(Interrupt.CANCELLED)
+
+    async def set_non_idempotent(self, inside: bool) -> None:
+        ex = self.executor
+        if not await ex.store.set_non_idempotent(ex.worker_id, self.lease, inside):
+            FENCED_WRITES.labels(verb="set_non_idempotent").inc()
+            self.interrupt(Interrupt.LEASE_LOST)
+            raise LeaseLost()
+
+    async def record_usage(self, tokens: int, cost: float) -> None:
+        ex = self.executor
+        keys = []
+        if ex.budget is not None and ex.budget.enabled:
+            keys = ex.budget.usage_keys(
+                self.run.user_id, self.run.configuration, await ex.store.now()
+            )
+        await ex.store.record_usage(ex.worker_id, self.lease, tokens=tokens, cost=cost, keys=keys)
+        if ex.budget is not None:
+            ex.budget.invalidate()
+
+    async def budget_left(self) -> BudgetLeft | None:
+        budget = self.executor.budget
+        if budget is None:
+            return None
+        return await budget.left(self.run.user_id, self.run.configuration)
+
+    def renew_lease_soon(self) -> None:
+        self.last_renewal = 0.0
+        if self.executor.renew_soon is not None:
+            self.executor.renew_soon()
+
+
+class InFlight:
+    """The executions of one worker, by run id: what the heartbeat renews and the drain waits on."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, Execution] = {}
+        self._empty = anyio.Event()
+        self._empty.set()
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def add(self, execution: Execution) -> None:
+        self._by_id[execution.run.id] = execution
+        if self._empty.is_set():
+            self._empty = anyio.Event()
+
+    def remove(self, execution: Execution) -> None:
+        if self._by_id.get(execution.run.id) is execution:
+            del self._by_id[execution.run.id]
+        if not self._by_id:
+            self._empty.set()
+
+    def executions(self) -> list[Execution]:
+        return list(self._by_id.values())
+
+    def leases(self) -> list[Lease]:
+        return [ex.lease for ex in self._by_id.values()]
+
+    def interrupt(self, run_id: str, reason: Interrupt, attempt: int | None = None) -> bool:
+        execution = self._by_id.get(run_id)
+        if execution is None or (attempt is not None and execution.run.attempt != attempt):
+            return False
+        execution.interrupt(reason)
+        return True
+
+    async def wait_empty(self) -> None:
+        await self._empty.wait()
+
+
+# -- what an invocation ended with -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Answer:
+    value: Any
+
+
+@dataclass(frozen=True)
+class _Raised:
+    error: BaseException
+
+
+@dataclass(frozen=True)
+class _Interrupted:
+    reason: Interrupt
+
+
+@dataclass(frozen=True)
+class _TimedOut:
+    seconds: float
+
+
+_Result = _Answer | _Raised | _Interrupted | _TimedOut
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one execution ended: ``kind`` is the metrics outcome (completed, failed,
+    cancelled, paused, retried, lost, unsettled); ``applied`` False when fenced off."""
+
+    kind: str
+    termination_reason: str = ""
+    applied: bool = True
+    error: str | None = None
+
+
+def error_text(error: BaseException) -> str:
+    text = str(error) or type(error).__name__
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "…"
+
+
+# -- the executor --------------------------------------------------------------------------
+
+
+class Executor:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        config: Config,
+        components: ComponentRegistry,
+        worker_id: str,
+        inflight: InFlight,
+        completer: Completer,
+        budget: BudgetGate | None = None,
+        on_finished: Callable[[], None] | None = None,
+        renew_soon: Callable[[], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.components = components
+        self.worker_id = worker_id
+        self.inflight = inflight
+        self.completer = completer
+        self.budget = budget
+        self.on_finished = on_finished
+        self.renew_soon = renew_soon
+        self.timeout = config.queue.timeout_seconds
+        self._limiter = anyio.CapacityLimiter(max(config.queue.max_concurrency, 1))
+
+    def _fields(self, run: Run) -> dict[str, Any]:
+        return {"run_id": run.id, "attempt": run.attempt, "worker_id": self.worker_id}
+
+    async def execute(self, run: Run) -> Outcome:
+        """Execute one claimed run to a settled outcome. Never raises for the run's own
+        failures; raises only when this process is being cancelled."""
+        execution = Execution(run, self)
+        self.inflight.add(execution)
+        IN_FLIGHT.inc()
+        started = time.monotonic()
+        if run.started_at is not None:
+            wait = max(run.started_at - run.available_at, 0.0)
+            QUEUE_WAIT.labels(component_type=run.component_type).observe(wait)
+        log.info("run.started", component=run.component, **self._fields(run))
+        try:
+            outcome = await self._execute(execution)
+        except Exception as e:
+            # A bug here must not take the daemon's task group down with one run.
+            log.error("run.executor_error", exc=_format_exception(e), **self._fields(run))
+            outcome = Outcome("unsettled", applied=False, error=error_text(e))
+        finally:
+            self.inflight.remove(execution)
+            IN_FLIGHT.dec()
+            if self.on_finished is not None:
+                self.on_finished()
+        elapsed = time.monotonic() - started
+        RUN_DURATION.labels(component_type=run.component_type, outcome=outcome.kind).observe(
+            elapsed
+        )
+        RUNS_FINISHED.labels(
+            outcome=outcome.kind, termination_reason=outcome.termination_reason
+        ).inc()
+        log.info(
+            "run.finished",
+            outcome=outcome.kind,
+            termination_reason=outcome.termination_reason or None,
+            seconds=round(elapsed, 3),
+            **self._fields(run),
+        )
+        return outcome
+
+    async def _execute(self, ex: Execution) -> Outcome:
+        run = ex.run
+        await self._count_first_claim(run)
+        handler = self.components.get(run.component_type, run.component_id)
+        if handler is None:
+            return await self._fail(ex, f"unknown component {run.component}", retryable=False)
+        if run.cancel_requested:
+            # A cancel recorded before this claim (a requeue kept it): stop visibly, before
+            # any work, as at a first checkpoint.
+            return await self._settle_cancelled(ex)
+        result = await self._invoke(ex, handler)
+        return await self._settle(ex, result)
+
+    async def _count_first_claim(self, run: Run) -> None:
+        if self.budget is None or not self.budget.enabled or run.attempt != 1:
+            return
+        try:
+            keys = self.budget.usage_keys(run.user_id, run.configuration, await self.store.now())
+            await self.store.count_claimed_run(keys)
+            self.budget.invalidate()
+        except Exception as e:
+            log.warning("budget.count_failed", error=error_text(e), **self._fields(run))
+
+    # -- calling the handler ---------------------------------------------------------------
+
+    def _context(self, ex: Execution) -> RunContext:
+        run = ex.run
+        return RunContext(
+            run_id=run.id,
+            attempt=run.attempt,
+            component_type=run.component_type,
+            component_id=run.component_id,
+            actor=run.actor,
+            session_id=run.session_id,
+            configuration=run.configuration,
+            resume=run.resume,
+            payload=run.payload,
+            hooks=ex,
+        )
+
+    async def _invoke(self, ex: Execution, handler: Handler) -> _Result:
+        ctx = self._context(ex)
+        try:
+            with anyio.move_on_after(self.timeout) as deadline, ex.scope:
+                value = await self._call(handler, ctx, ex)
+                if ex.interrupted is None:
+                    return _Answer(value)
+        except Exception as e:
+            result: _Result = _Raised(e)
+        except RunInterrupted as e:
+            result = _Raised(e)
+        else:
+            result = (
+                _TimedOut(self.timeout)
+                if deadline.cancelled_caught
+                else _Raised(RuntimeError("handler was cancelled"))
+            )
+        if ex.interrupted is not None:
+            result = _Interrupted(ex.interrupted)
+        await self._wait_for_thread(ex, result)
+        return result
+
+    async def _call(self, handler: Handler, ctx: RunContext, ex: Execution) -> Any:
+        if is_async_handler(handler):
+            return await handler(ctx, ctx.payload)
+        done = threading.Event()
+        ex.thread_done = done
+
+        def call() -> Any:
+            with _threads_lock:
+                _live_threads[0] += 1
+            try:
+                return handler(ctx, ctx.payload)
+            finally:
+                with _threads_lock:
+                    _live_threads[0] -= 1
+                done.set()
+
+        # abandon_on_cancel: the await ends when the scope is cancelled; _wait_for_thread
+        # then decides whether to keep waiting for the thread (it cannot be interrupted).
+        return await anyio.to_thread.run_sync(call, abandon_on_cancel=True, limiter=self._limiter)
+
+    async def _wait_for_thread(self, ex: Execution, result: _Result) -> None:
+        """Hold slot and lease until an interrupted plain function returns, so a retry or
+        requeue never runs beside it. Not on a lost lease (it is gone) nor in the drain."""
+        done = ex.thread_done
+        if done is None or done.is_set():
+            return
+        if isinstance(result, _Interrupted) and result.reason is not Interrupt.CANCELLED:
+            return
+        log.info("run.waiting_for_thread", **self._fields(ex.run))
+        while not done.is_set() and not ex.shutdown_requested:
+            if ex.interrupted is Interrupt.LEASE_LOST:
+                return
+            await anyio.sleep(THREAD_POLL_SECONDS)
+
+    # -- settling ---------------------------------------------------------------------------
+
+    async def _settle(self, ex: Execution, result: _Result) -> Outcome:
+        if ex.shutdown_requested and not isinstance(result, _Answer):
+            return await self._fail(ex, SHUTDOWN_ERROR, retryable=True, delay=0.0)
+        if isinstance(result, _Answer):
+            return await self._complete(ex, result.value, TerminationReason.COMPLETED)
+        if isinstance(result, _TimedOut):
+            return await self._fail(ex, f"timed out after {result.seconds:g} s", retryable=True)
+        if isinstance(result, _Interrupted):
+            return await self._settle_interrupt(ex, result.reason)
+        return await self._settle_raised(ex, result.error)
+
+    async def _settle_interrupt(self, ex: Execution, reason: Interrupt) -> Outcome:
+        if reason is Interrupt.CANCELLED:
+            return await self._settle_cancelled(ex)
+        if reason is Interrupt.SHUTDOWN:
+            return await self._fail(ex, SHUTDOWN_ERROR, retryable=True, delay=0.0)
+        LEASES_LOST.inc()
+        log.warning("run.lease_lost", **self._fields(ex.run))
+        return Outcome("lost", applied=False)
+
+    async def _settle_raised(self, ex: Execution, error: BaseException) -> Outcome:
+        if isinstance(error, PauseRequested):
+            return await self._pause(ex, error)
+        if isinstance(error, BudgetExhausted):
+            return await self._complete(
+                ex, error.partial_answer, TerminationReason.BUDGET_EXHAUSTED
+            )
+        if isinstance(error, RunCancelled):
+            return await self._settle_cancelled(ex)
+        if isinstance(error, LeaseLost):
+            return await self._settle_interrupt(ex, Interrupt.LEASE_LOST)
+        if isinstance(error, RunInterrupted):
+            return await self._fail(ex, SHUTDOWN_ERROR, retryable=True, delay=0.0)
+        if isinstance(error, Permanent):
+            return await self._fail(ex, error_text(error), retryable=False)
+        if isinstance(error, Retryable):
+            delay = error.retry_after if error.retry_after is not None else None
+            return await self._fail(ex, error_text(error), retryable=True, delay=delay)
+        log.error(
+            "run.raised",
+            error_type=type(error).__name__,
+            exc=_format_exception(error),
+            **self._fields(ex.run),
+        )
+        return await self._fail(ex, error_text(error), retryable=True)
+
+    async def _durable(
+        self, ex: Execution, verb: str, call: Callable[[], Awaitable[T]]
+    ) -> T | None:
+        """One settle write, retried while the database is away, for at most one lease
+        grace: after that the lease is stale anyway and the reaper settles the run."""
+        deadline = time.monotonic() + self.config.queue.lock_grace_seconds
+        failures = 0
+        while True:
+            try:
+                with anyio.CancelScope(shield=ex.shutdown_requested):
+                    return await call()
+            except TRANSIENT_ERRORS as e:
+                failures += 1
+                STORE_ERRORS.labels(service="executor").inc()
+                if time.monotonic() >= deadline:
+                    log.error(
+                        "run.settle_failed", verb=verb, error=error_text(e), **self._fields(ex.run)
+                    )
+                    return None
+                await anyio.sleep(backoff_delay(failures, cap=2.0, base=0.1))
+            except Exception as e:
+                # Not the database being away: retrying would repeat it. The reaper settles
+                # the run once its lease goes stale.
+                STORE_ERRORS.labels(service="executor").inc()
+                log.error(
+                    "run.settle_failed",
+                    verb=verb,
+                    error=error_text(e),
+                    exc=_format_exception(e),
+                    **self._fields(ex.run),
+                )
+                return None
+
+    def _fenced(self, ex: Execution, verb: str) -> Outcome:
+        FENCED_WRITES.labels(verb=verb).inc()
+        log.warning("run.write_fenced", verb=verb, **self._fields(ex.run))
+        return Outcome("lost", applied=False)
+
+    async def _complete(self, ex: Execution, value: Any, reason: TerminationReason) -> Outcome:
+        privacy = self.config.privacy
+        keep, stored = keep_answer(privacy.level, value, privacy.redacted_max_chars)
+        if keep and not _encodable(stored):
+            # Checked here so one bad answer never fails the batch it would share.
+            return await self._fail(ex, "answer cannot be encoded as JSON", retryable=False)
+        completion = Completion(
+            run_id=ex.run.id,
+            attempt=ex.run.attempt,
+            answer=stored if keep else None,
+            keep_answer=keep,
+            termination_reason=reason,
+        )
+        applied = await self._durable(ex, "complete", lambda: self.completer.complete(completion))
+        if applied is None:
+            return Outcome("unsettled", applied=False)
+        if not applied:
+            return self._fenced(ex, "complete")
+        return Outcome("completed", reason.value)
+
+    async def _fail(
+        self, ex: Execution, error: str, *, retryable: bool, delay: float | None = None
+    ) -> Outcome:
+        run = ex.run
+        if delay is None:
+            base = self.config.queue.retry_delay_seconds
+            delay = retry_delay(run.attempt, base, random.random()) if retryable else 0.0
+        result = await self._durable(
+            ex,
+            "fail",
+            lambda: self.store.fail(
+                self.worker_id,
+                ex.lease,
+                error=error,
+                retryable=retryable,
+                retry_in_seconds=max(delay or 0.0, 0.0),
+            ),
+        )
+        if result is None:
+            return Outcome("unsettled", applied=False, error=error)
+        if result is FailOutcome.FENCED_OFF:
+            return self._fenced(ex, "fail")
+        log.info(
+            "run.failed",
+            error=error,
+            retry_scheduled=result is FailOutcome.RETRY_SCHEDULED,
+            **self._fields(run),
+        )
+        if result is FailOutcome.RETRY_SCHEDULED:
+            return Outcome("retried", error=error)
+        reason = (
+            TerminationReason.RETRIES_EXHAUSTED if retryable else TerminationReason.NOT_RETRYABLE
+        )
+        return Outcome("failed", reason.value, error=error)
+
+    async def _pause(self, ex: Execution, request: PauseRequested) -> Outcome:
+        if not _encodable(request.state):
+            return await self._fail(ex, "pause state cannot be encoded as JSON", retryable=False)
+        applied = await self._durable(
+            ex,
+            "pause",
+            lambda: self.store.pause(
+                self.worker_id, ex.lease, reason=request.pause_reason, state=request.state
+            ),
+        )
+        if applied is None:
+            return Outcome("unsettled", applied=False)
+        if not applied:
+            return self._fenced(ex, "pause")
+        return Outcome("paused")
+
+    async def _settle_cancelled(self, ex: Execution) -> Outcome:
+        applied = await self._durable(
+            ex, "settle_cancelled", lambda: self.store.settle_cancelled(self.worker_id, ex.lease)
+        )
+        if applied is None:
+            return Outcome("unsettled", applied=False)
+        if not applied:
+            return self._fenced(ex, "settle_cancelled")
+        return Outcome("cancelled", TerminationReason.CANCELLED.value)
+
+
+def _encodable(value: Any) -> bool:
+    try:
+        msgspec.json.encode(value)
+    except (TypeError, ValueError, OverflowError, msgspec.EncodeError):
+        return False
+    return True
+
+
+def _format_exception(error: BaseException) -> str:
+    import traceback
+
+    return "".join(traceback.format_exception(error)).rstrip()

@@ -1,0 +1,80 @@
+"""Prometheus text for ``GET /metrics``: process counters plus gauges read from the database.
+
+The DB-derived gauges (runs by status, oldest queued age per deployment, expired leases,
+live workers) come from one ``store.health`` pass, cached for a few seconds so a scrape
+storm never becomes a query storm. When the database does not answer, the last values are
+served and the error is counted.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import anyio
+from prometheus_client import generate_latest
+
+from runq.log import get_logger
+from runq.metrics import (
+    EXPIRED_LEASES,
+    LIVE_WORKERS,
+    OLDEST_QUEUED_AGE,
+    REGISTRY,
+    RUNS,
+    STORE_ERRORS,
+)
+from runq.model import QueueHealth, Status
+from runq.store.base import Store
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class ExporterConfig:
+    #: A lease is stale this long after its last heartbeat.
+    lock_grace_seconds: float = 60.0
+    #: A worker counts as live when seen within this many seconds.
+    worker_max_age_seconds: float = 120.0
+    #: DB-derived gauges are refreshed at most this often.
+    cache_seconds: float = 5.0
+
+
+class Exporter:
+    def __init__(self, store: Store, config: ExporterConfig) -> None:
+        self.store = store
+        self.config = config
+        self._refreshed_at = float("-inf")
+        self._lock = anyio.Lock()
+        self._deployments: set[str] = set()
+
+    async def refresh(self) -> None:
+        async with self._lock:
+            if time.monotonic() - self._refreshed_at < self.config.cache_seconds:
+                return
+            try:
+                health = await self.store.health(
+                    lock_grace_seconds=self.config.lock_grace_seconds,
+                    worker_max_age_seconds=self.config.worker_max_age_seconds,
+                )
+            except Exception as e:
+                STORE_ERRORS.labels(service="exporter").inc()
+                log.warning("exporter.refresh_failed", error=str(e) or type(e).__name__)
+                return
+            self._apply(health)
+            self._refreshed_at = time.monotonic()
+
+    def _apply(self, health: QueueHealth) -> None:
+        for status in Status:
+            RUNS.labels(status=status.value).set(health.counts.get(status.value, 0))
+        ages = health.oldest_queued_age_by_deployment
+        for gone in self._deployments - set(ages):
+            OLDEST_QUEUED_AGE.remove(gone)
+        for deployment, age in ages.items():
+            OLDEST_QUEUED_AGE.labels(deployment_id=deployment).set(age)
+        self._deployments = set(ages)
+        EXPIRED_LEASES.set(health.expired_leases)
+        LIVE_WORKERS.set(health.live_workers)
+
+    async def render(self) -> bytes:
+        await self.refresh()
+        return bytes(generate_latest(REGISTRY))

@@ -1,0 +1,87 @@
+"""Heartbeats: every lease of this worker renewed in one statement per interval.
+
+The interval is ``lock_grace_seconds / 3``, so two heartbeats may fail before a peer's
+reaper judges a lease stale. The loop runs on through the drain (a run still finishing
+must not be reaped by a peer). Each pass also refreshes the worker's ``last_seen_at``.
+A lease the store reports lost stops that execution (its writes would be fenced off);
+a cancel requested meanwhile stops it too, at once rather than at its next checkpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import anyio
+
+from runq.daemon.executor import InFlight, Interrupt
+from runq.daemon.service import backoff_delay
+from runq.log import get_logger
+from runq.metrics import STORE_ERRORS
+from runq.store.base import Store
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class HeartbeatConfig:
+    #: Seconds between passes: ``lock_grace_seconds / 3``.
+    interval: float
+
+
+@dataclass(frozen=True)
+class HeartbeatReport:
+    renewed: int = 0
+    lost: int = 0
+    cancelled: int = 0
+
+
+class Heartbeat:
+    def __init__(
+        self, store: Store, worker_id: str, inflight: InFlight, config: HeartbeatConfig
+    ) -> None:
+        self.store = store
+        self.worker_id = worker_id
+        self.inflight = inflight
+        self.config = config
+        self._soon = anyio.Event()
+
+    def renew_soon(self) -> None:
+        """Run the next pass now (before a long call that cannot checkpoint)."""
+        self._soon.set()
+
+    async def run_once(self) -> HeartbeatReport:
+        leases = self.inflight.leases()
+        result = await self.store.heartbeat_many(self.worker_id, leases)
+        for lease in result.lost:
+            if self.inflight.interrupt(lease.run_id, Interrupt.LEASE_LOST, lease.attempt):
+                log.warning(
+                    "lease.lost",
+                    run_id=lease.run_id,
+                    attempt=lease.attempt,
+                    worker_id=self.worker_id,
+                )
+        cancelled = 0
+        for run_id in result.cancel_requested:
+            if self.inflight.interrupt(run_id, Interrupt.CANCELLED):
+                cancelled += 1
+                log.info("run.cancel_observed", run_id=run_id, worker_id=self.worker_id)
+        return HeartbeatReport(
+            renewed=len(result.renewed), lost=len(result.lost), cancelled=cancelled
+        )
+
+    async def run(self) -> None:
+        failures = 0
+        while True:
+            try:
+                await self.run_once()
+                failures = 0
+                delay = self.config.interval
+            except Exception as e:
+                failures += 1
+                STORE_ERRORS.labels(service="heartbeat").inc()
+                # Sooner than the interval: a lease needs a renewal within the grace.
+                delay = min(self.config.interval, backoff_delay(failures, cap=2.0, base=0.2))
+                log.warning("heartbeat.failed", error=str(e) or type(e).__name__)
+            with anyio.move_on_after(delay):
+                await self._soon.wait()
+            self._soon = anyio.Event()

@@ -1,0 +1,66 @@
+"""The reaper: settles running runs whose lease went stale (DESIGN §6, seed 000).
+
+Rules, in order, applied by ``store.reap_stale`` with each UPDATE rechecking staleness so
+a lease renewed after the scan wins: a non-idempotent section → ``failed`` /
+``not_retryable``; no saved request → ``failed`` / ``not_retryable``; attempts used up →
+``failed`` / ``retries_exhausted`` with an error saying how to requeue; otherwise
+``queued`` (available now) and the claimers are woken. ``runq reap`` calls ``run_once``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from runq.daemon.service import run_periodically
+from runq.log import get_logger
+from runq.metrics import REAPER_DEAD_LETTERED, REAPER_REQUEUED
+from runq.model import ReapReport
+from runq.store.base import Store
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class ReaperConfig:
+    #: A lease is stale this long after its last heartbeat (``[queue] lock_grace_seconds``).
+    lock_grace_seconds: float = 60.0
+    #: At most this many stale runs per pass (``[reaper] limit``).
+    limit: int = 50
+    #: Seconds between passes in the daemon (``[queue] poll_interval``).
+    interval: float = 1.0
+
+
+class Reaper:
+    def __init__(
+        self,
+        store: Store,
+        config: ReaperConfig,
+        *,
+        on_requeued: Callable[[], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.on_requeued = on_requeued
+
+    async def run_once(self) -> ReapReport:
+        report = await self.store.reap_stale(
+            lock_grace_seconds=self.config.lock_grace_seconds, limit=self.config.limit
+        )
+        REAPER_REQUEUED.inc(report.requeued)
+        REAPER_DEAD_LETTERED.inc(report.dead_lettered)
+        if report.requeued or report.dead_lettered:
+            log.info(
+                "reaper.pass",
+                requeued=report.requeued,
+                dead_lettered=report.dead_lettered,
+                skipped=report.skipped,
+                requeued_ids=report.requeued_ids,
+                dead_lettered_ids=report.dead_lettered_ids,
+            )
+        if report.requeued and self.on_requeued is not None:
+            self.on_requeued()
+        return report
+
+    async def run(self) -> None:
+        await run_periodically("reaper", self.run_once, self.config.interval)

@@ -1,0 +1,50 @@
+"""Retention: deletes final runs older than ``retention_seconds`` (seed 000, seed 004).
+
+Paused runs are kept until decided unless ``paused_retention_seconds > 0``. Deletion goes
+in batches so no statement holds locks for long. The daemon runs a pass at start and then
+every ``retention_interval_seconds`` (hourly); ``runq purge`` calls ``run_once``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runq.daemon.service import run_periodically
+from runq.log import get_logger
+from runq.metrics import RETENTION_DELETED
+from runq.model import PurgeReport
+from runq.store.base import Store
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class RetentionConfig:
+    #: Final runs older than this are deleted (``[queue] retention_seconds``).
+    retention_seconds: float = 86400.0
+    #: Paused runs not updated for this long are deleted; 0 keeps them until decided.
+    paused_retention_seconds: float = 0.0
+    #: Seconds between passes in the daemon (``[queue] retention_interval_seconds``).
+    interval: float = 3600.0
+    #: Rows per DELETE statement.
+    batch_size: int = 500
+
+
+class Retention:
+    def __init__(self, store: Store, config: RetentionConfig) -> None:
+        self.store = store
+        self.config = config
+
+    async def run_once(self) -> PurgeReport:
+        report = await self.store.purge_final_before(
+            retention_seconds=self.config.retention_seconds,
+            paused_retention_seconds=self.config.paused_retention_seconds,
+            batch_size=self.config.batch_size,
+        )
+        RETENTION_DELETED.inc(report.deleted)
+        if report.deleted:
+            log.info("retention.pass", deleted=report.deleted, batches=report.batches)
+        return report
+
+    async def run(self) -> None:
+        await run_periodically("retention", self.run_once, self.config.interval)

@@ -1,0 +1,397 @@
+"""``runq serve``: one process whose supervisor hosts every service in anyio task groups.
+
+Started in order: the store (migrated), the worker registry, heartbeats, the completer,
+the reaper, retention and registry-prune loops, the postgres listener, the claimers (in
+their own executions group), the HTTP API, the event-loop-lag sampler and the systemd
+watchdog. ``READY=1`` goes out once migrations ran and the first claim pass happened.
+
+Signals only set flags (uvicorn's pattern): the first SIGTERM/SIGINT starts the drain,
+a second one stops at once. The drain (seed 004): ``STOPPING=1``; stop claiming; give
+in-flight runs ``stop_timeout_seconds`` while heartbeats continue; then cancel each
+straggler once (attempts left → ``queued``, none → ``failed`` with "interrupted by worker
+shutdown"); then stop HTTP, remove the worker from the registry and close the store.
+Queued runs are untouched. ``[queue] worker = false`` runs the HTTP API only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import signal
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack, contextmanager
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from runq.components import ComponentRegistry
+from runq.config import Config
+from runq.daemon.claimer import Claimer, ClaimerConfig
+from runq.daemon.executor import Interrupt
+from runq.daemon.exporter import Exporter, ExporterConfig
+from runq.daemon.reaper import Reaper, ReaperConfig
+from runq.daemon.retention import Retention, RetentionConfig
+from runq.daemon.runtime import WorkerRuntime
+from runq.daemon.service import run_periodically
+from runq.daemon.systemd import SystemdNotifier
+from runq.daemon.workers import WorkerRegistry
+from runq.log import get_logger
+from runq.metrics import EVENT_LOOP_LAG
+from runq.queue import Queue
+from runq.transports.postgres import Listener, is_listenable
+
+log = get_logger(__name__)
+
+#: After the stragglers were cancelled, how long their settle writes may take.
+STRAGGLER_SETTLE_SECONDS = 5.0
+LAG_SAMPLE_SECONDS = 1.0
+HTTP_SHUTDOWN_SECONDS = 5
+
+
+class Supervisor:
+    def __init__(self, queue: Queue, *, notifier: SystemdNotifier | None = None) -> None:
+        self.queue = queue
+        self.config: Config = queue.config
+        self.store = queue.store
+        self.systemd = notifier or SystemdNotifier()
+        q = self.config.queue
+        self.worker_enabled = q.worker
+        self.runtime = WorkerRuntime(
+            store=self.store,
+            config=self.config,
+            components=queue.components,
+            on_finished=self._wake_claimer,
+        )
+        self.claimer = Claimer(
+            self.store,
+            self.runtime,
+            ClaimerConfig(
+                max_concurrency=q.max_concurrency,
+                poll_interval=q.poll_interval,
+                deployment_id=q.deployment,
+                serialize_sessions=q.serialize_sessions,
+            ),
+        )
+        self.reaper = Reaper(
+            self.store,
+            ReaperConfig(
+                lock_grace_seconds=q.lock_grace_seconds,
+                limit=self.config.reaper.limit,
+                interval=q.poll_interval,
+            ),
+            on_requeued=self._wake_everyone,
+        )
+        self.retention = Retention(
+            self.store,
+            RetentionConfig(
+                retention_seconds=q.retention_seconds,
+                paused_retention_seconds=q.paused_retention_seconds,
+                interval=q.retention_interval_seconds,
+            ),
+        )
+        self.registry = WorkerRegistry(
+            self.store, worker_id=self.runtime.worker_id, deployment_id=q.deployment
+        )
+        self.exporter = Exporter(
+            self.store,
+            ExporterConfig(
+                lock_grace_seconds=q.lock_grace_seconds,
+                worker_max_age_seconds=max(120.0, 3 * q.heartbeat_interval),
+            ),
+        )
+        self.listener: Listener | None = None
+        self._stop_requested = anyio.Event()
+        self._hard_stop = False
+        self.draining = False
+        self._http: Any = None
+        self._http_done = anyio.Event()
+
+    # -- wake-ups ------------------------------------------------------------------------------
+
+    def _wake_claimer(self) -> None:
+        self.claimer.wake()
+
+    def _wake_everyone(self) -> None:
+        """After the reaper requeued: this replica now, the others through the channel."""
+        self.claimer.wake()
+        if self.queue.notifier is not None:
+            self.queue.notifier.request_wake()
+
+    def _cancel_local(self, run_id: str) -> None:
+        if self.runtime.inflight.interrupt(run_id, Interrupt.CANCELLED):
+            log.info("run.cancel_received", run_id=run_id, worker_id=self.runtime.worker_id)
+
+    # -- signals --------------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """A drain; called a second time, a stop at once."""
+        if self._stop_requested.is_set():
+            self._hard_stop = True
+        self._stop_requested.set()
+
+    async def _watch_signals(self, main: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                first = not self._stop_requested.is_set()
+                self.request_stop()
+                if first:
+                    log.info("daemon.drain_requested", signal=signal.Signals(signum).name)
+                else:
+                    log.warning("daemon.stopping_now", signal=signal.Signals(signum).name)
+                    main.cancel()
+
+    # -- the run ---------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        """Serve until a signal (or ``request_stop``); returns the exit code."""
+        self.queue.runtime = self.runtime if self.worker_enabled else None
+        unsubscribe = self.queue.local.subscribe(self._wake_claimer, self._cancel_local)
+        try:
+            with anyio.CancelScope() as main:
+                async with anyio.create_task_group() as services:
+                    services.start_soon(self._watch_signals, main)
+                    await self._serve(services)
+                    services.cancel_scope.cancel()
+        finally:
+            unsubscribe()
+            self.queue.runtime = None
+        if self._hard_stop:
+            log.warning("daemon.stopped", graceful=False)
+            return 1
+        log.info("daemon.stopped", graceful=True)
+        return 0
+
+    async def _serve(self, services: TaskGroup) -> None:
+        services.start_soon(self._sample_loop_lag)
+        services.start_soon(self.systemd.watchdog_loop)
+        if not self.worker_enabled:
+            await self._start_http(services)
+            self._ready()
+            await self._stop_requested.wait()
+            self._begin_drain()
+            await self._stop_http()
+            return
+        await self.registry.register()
+        self._start_worker_services(services)
+        await self._start_listener(services)
+        async with anyio.create_task_group() as executions:
+            await services.start(self.claimer.run, executions)
+            await self._start_http(services)
+            self._ready()
+            await self._stop_requested.wait()
+            await self._drain()
+            # Whatever did not settle within the grace (a database away) is left to the
+            # reaper of a peer or of the next start: its lease goes stale.
+            executions.cancel_scope.cancel()
+        await self._stop_http()
+        await self._remove_worker()
+
+    def _start_worker_services(self, services: TaskGroup) -> None:
+        services.start_soon(self.runtime.heartbeat.run)
+        services.start_soon(self.runtime.completer.run)
+        services.start_soon(self.reaper.run)
+        services.start_soon(self.retention.run)
+        services.start_soon(
+            run_periodically,
+            "workers",
+            self.registry.prune_once,
+            self.registry.config.prune_interval_seconds,
+        )
+
+    async def _start_listener(self, services: TaskGroup) -> None:
+        store: Any = self.store
+        if not is_listenable(store):
+            return
+        self.listener = Listener(
+            store.url, store.channel, on_wake=self._wake_claimer, on_cancel=self._cancel_local
+        )
+        await services.start(self.listener.run)
+
+    def _ready(self) -> None:
+        self.systemd.ready()
+        log.info(
+            "daemon.ready",
+            worker_id=self.runtime.worker_id if self.worker_enabled else None,
+            worker=self.worker_enabled,
+            http=self.config.http.listen or None,
+            engine=self.store.engine,
+        )
+
+    def _begin_drain(self) -> None:
+        self.draining = True
+        self.systemd.stopping()
+
+    async def _drain(self) -> None:
+        self._begin_drain()
+        inflight = self.runtime.inflight
+        timeout = self.config.queue.effective_stop_timeout
+        log.info("daemon.draining", in_flight=len(inflight), stop_timeout_seconds=timeout)
+        self.claimer.stop()
+        await self.claimer.wait_stopped()
+        with anyio.move_on_after(timeout):
+            await inflight.wait_empty()
+        stragglers = inflight.executions()
+        for execution in stragglers:
+            log.warning(
+                "run.straggler_cancelled",
+                run_id=execution.run.id,
+                attempt=execution.run.attempt,
+                worker_id=self.runtime.worker_id,
+            )
+            execution.interrupt(Interrupt.SHUTDOWN)
+        if stragglers:
+            with anyio.move_on_after(STRAGGLER_SETTLE_SECONDS):
+                await inflight.wait_empty()
+        log.info("daemon.drained", stragglers=len(stragglers))
+
+    async def _remove_worker(self) -> None:
+        try:
+            with anyio.move_on_after(5):
+                await self.registry.remove()
+        except Exception as e:
+            log.warning("worker.remove_failed", error=str(e))
+
+    # -- HTTP --------------------------------------------------------------------------------------
+
+    async def readiness(self) -> tuple[bool, str]:
+        if self.draining:
+            return False, "draining"
+        try:
+            with anyio.fail_after(5):
+                await self.store.ping()
+                if not await self.store.schema_is_current():
+                    return False, "schema is not current (run `runq migrate`)"
+        except Exception as e:
+            return False, f"database unreachable: {e}"
+        return True, "ok"
+
+    def _wake_after_operator(self) -> None:
+        self.claimer.wake()
+
+    async def _start_http(self, services: TaskGroup) -> None:
+        listen = self.config.http.host_port
+        if listen is None:
+            return
+        app = self._build_app()
+        if app is None:
+            return
+        sock = _bind(*listen)
+        server = _make_server(app, self._http_done, self.config.http.request_timeout_seconds)
+        self._http = server
+        services.start_soon(server.serve, [sock])
+        with anyio.fail_after(30):
+            while not server.started:
+                if server.should_exit:
+                    raise RuntimeError("the HTTP server failed to start")
+                await anyio.sleep(0.01)
+        log.info("http.listening", address=self.config.http.listen)
+
+    def _build_app(self) -> Any:
+        if importlib.util.find_spec("runq.api.app") is None:
+            log.warning("http.unavailable", reason="runq.api.app is not installed")
+            return None
+        from runq.api import ApiServices
+        from runq.api.app import create_app
+
+        services = ApiServices(
+            queue=self.queue,
+            config=self.config,
+            worker_enabled=self.worker_enabled,
+            render_metrics=self.exporter.render,
+            readiness=self.readiness,
+            wake=self._wake_after_operator,
+        )
+        return create_app(services)
+
+    async def _stop_http(self) -> None:
+        server = self._http
+        if server is None:
+            return
+        server.should_exit = True
+        with anyio.move_on_after(HTTP_SHUTDOWN_SECONDS + 1):
+            await self._http_done.wait()
+
+    # -- event loop lag ------------------------------------------------------------------------
+
+    async def _sample_loop_lag(self) -> None:
+        """How late a timer fires: a busy or blocked loop delays heartbeats too."""
+        while True:
+            before = time.monotonic()
+            await anyio.sleep(LAG_SAMPLE_SECONDS)
+            EVENT_LOOP_LAG.set(max(time.monotonic() - before - LAG_SAMPLE_SECONDS, 0.0))
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """Bind here, so a busy port is a clear start-up error rather than uvicorn's exit."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        from runq.errors import ConfigError
+
+        raise ConfigError("http.listen", f"cannot listen on {host}:{port}: {e.strerror}") from e
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+def _make_server(app: Any, done: anyio.Event, request_timeout: float) -> Any:
+    import uvicorn
+
+    from runq.daemon.http_protocol import protocol_with_request_timeout
+
+    class EmbeddedServer(uvicorn.Server):
+        """uvicorn inside our task group: the supervisor owns the signals."""
+
+        @contextmanager
+        def capture_signals(self) -> Any:
+            yield
+
+        async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+            try:
+                await super().serve(sockets)
+            finally:
+                done.set()
+
+    config = uvicorn.Config(
+        app,
+        lifespan="on",
+        log_config=None,
+        loop="none",
+        access_log=False,
+        timeout_graceful_shutdown=HTTP_SHUTDOWN_SECONDS,
+        # Slow or silent clients are cut off instead of holding connections for good.
+        http=protocol_with_request_timeout(request_timeout),
+    )
+    return EmbeddedServer(config)
+
+
+# -- entry point ----------------------------------------------------------------------------------
+
+
+async def serve(config: Config) -> int:
+    """Resolve components, open (and migrate) the store, serve until stopped."""
+    components = ComponentRegistry.from_config(config.components)
+    try:
+        async with AsyncExitStack() as stack:
+            queue = await stack.enter_async_context(
+                Queue.open(config=config, migrate=True, components=components)
+            )
+            return await Supervisor(queue).run()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await components.aclose()
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def run_serve(config: Config, *, entry: Callable[[Config], Awaitable[int]] = serve) -> int:
+    """``anyio.run`` on uvloop where available."""
+    options: dict[str, Any] = {}
+    if importlib.util.find_spec("uvloop") is not None:
+        options["use_uvloop"] = True
+    return anyio.run(entry, config, backend="asyncio", backend_options=options)

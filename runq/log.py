@@ -1,0 +1,116 @@
+"""Structured logging: one event per line; JSON when not a TTY (or ``--log-format json``).
+
+Every record is an *event* (a short dotted name such as ``run.failed``) plus fields.
+Lines about one execution carry ``run_id``, ``attempt`` and ``worker_id``. Payloads,
+answers and resume state never reach a log line: callers pass ids and counts only, and
+an exception's traceback goes to the log while only its message reaches the run row.
+
+    log = get_logger(__name__)
+    log.info("run.completed", run_id=run.id, attempt=run.attempt, worker_id=worker_id)
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import traceback
+from typing import Any, Literal
+
+import msgspec
+
+LogFormat = Literal["auto", "json", "text"]
+
+_FIELDS = "runq_fields"
+_encoder = msgspec.json.Encoder()
+
+
+class EventLogger:
+    """A thin wrapper over a stdlib logger that takes an event name and keyword fields."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._logger = logger
+
+    def _log(self, level: int, event: str, exc: bool, fields: dict[str, Any]) -> None:
+        if self._logger.isEnabledFor(level):
+            self._logger.log(level, event, exc_info=exc, extra={_FIELDS: fields}, stacklevel=3)
+
+    def debug(self, event: str, **fields: Any) -> None:
+        self._log(logging.DEBUG, event, False, fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        self._log(logging.INFO, event, False, fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self._log(logging.WARNING, event, False, fields)
+
+    def error(self, event: str, **fields: Any) -> None:
+        self._log(logging.ERROR, event, False, fields)
+
+    def exception(self, event: str, **fields: Any) -> None:
+        """An error with the current exception's traceback (the log, never the run row)."""
+        self._log(logging.ERROR, event, True, fields)
+
+
+def get_logger(name: str) -> EventLogger:
+    return EventLogger(logging.getLogger(name))
+
+
+def _fields_of(record: logging.LogRecord) -> dict[str, Any]:
+    fields = getattr(record, _FIELDS, None)
+    return dict(fields) if isinstance(fields, dict) else {}
+
+
+def _timestamp(record: logging.LogRecord) -> str:
+    base = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+    return f"{base}.{int(record.msecs):03d}Z"
+
+
+class JsonFormatter(logging.Formatter):
+    """``{"ts", "level", "logger", "event", ...fields, "exc"?}`` on one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": _timestamp(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "event": record.getMessage(),
+        }
+        line.update(_fields_of(record))
+        if record.exc_info:
+            line["exc"] = "".join(traceback.format_exception(*record.exc_info)).rstrip()
+        try:
+            return _encoder.encode(line).decode()
+        except (TypeError, msgspec.EncodeError):
+            return _encoder.encode({k: str(v) for k, v in line.items()}).decode()
+
+
+class TextFormatter(logging.Formatter):
+    """``ts LEVEL logger event key=value ...`` for a human at a terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        pairs = " ".join(f"{k}={v}" for k, v in _fields_of(record).items())
+        text = f"{_timestamp(record)} {record.levelname:<7} {record.name} {record.getMessage()}"
+        if pairs:
+            text += " " + pairs
+        if record.exc_info:
+            text += "\n" + "".join(traceback.format_exception(*record.exc_info)).rstrip()
+        return text
+
+
+def configure_logging(
+    fmt: LogFormat = "auto", *, debug: bool = False, level: int = logging.INFO
+) -> None:
+    """Install one stderr handler on the root logger (replacing earlier ones).
+    ``debug`` lowers the level to DEBUG for runq and its libraries alike."""
+    use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if use_json else TextFormatter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if debug else level)
+    # Libraries' chatter stays at warnings unless --debug asks for everything.
+    for noisy in ("asyncio", "uvicorn.access", "aiosqlite", "httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.DEBUG if debug else logging.WARNING)

@@ -1,0 +1,382 @@
+"""The producer API: what applications, the HTTP layer and the CLI call.
+
+    async with runq.Queue.open("sqlite:///runq.db") as q:
+        result = await q.defer("task", "echo", {"hello": "world"})   # stored, never run here
+        run = await q.enqueue("task", "echo", {"hi": 1})           # on `sync`: runs here
+
+``defer()`` stores the run and never executes it in the caller; it sends a wake-up only
+when the component's route is not ``sync`` (a failed wake-up is logged and the row stays
+queued). ``enqueue()`` stores the run and then dispatches it: on ``sync`` the caller claims
+it by id and executes it with the daemon's executor, returning the run as it ended; on
+other routes the dispatch is the wake-up. A failed dispatch fails the run, so nothing is
+left queued that nobody will run (DESIGN §5, seed 003).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from runq.components import ComponentRegistry
+from runq.config import Config, load_config
+from runq.daemon.service import sole_exception
+from runq.errors import BadRequest, StoreUnavailable, UnknownComponent
+from runq.log import get_logger
+from runq.metrics import SUBMISSIONS
+from runq.model import (
+    COMPONENT_TYPES,
+    Actor,
+    Lease,
+    NewRun,
+    Page,
+    Run,
+    Stats,
+    Status,
+    SubmitResult,
+)
+from runq.store import make_store, sealer_for
+from runq.store.base import Store
+from runq.transports.base import Router
+from runq.transports.local import LocalHub, hub_for
+from runq.transports.postgres import Notifier, is_listenable
+
+log = get_logger(__name__)
+
+
+class Queue:
+    """A connected queue on one database. Build it with ``Queue.open(...)``."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        components: ComponentRegistry,
+        *,
+        notifier: Notifier | None = None,
+        validate_components: bool = True,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.components = components
+        self.router = Router(config.routing)
+        self.local: LocalHub = hub_for(config.store.url, config.store.schema)
+        self.notifier = notifier
+        #: Refuse submissions for components this process cannot resolve (UnknownComponent).
+        self.validate_components = validate_components
+        #: The daemon's worker when this queue lives inside ``runq serve``: a ``sync``
+        #: dispatch then executes under its leases, heartbeats and drain.
+        self.runtime: Any = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        url: str | None = None,
+        *,
+        config: Config | None = None,
+        migrate: bool = True,
+        components: ComponentRegistry | None = None,
+    ) -> AbstractAsyncContextManager[Queue]:
+        """Connect (and migrate) the store of ``config`` (default: ``load_config()``, with
+        ``url`` overriding ``[store] url``); closed when the block ends."""
+        if config is None:
+            config = load_config(store_url=url)
+        elif url:
+            config = config.with_store_url(url)
+        return cls._opened(config, migrate, components)
+
+    @classmethod
+    @asynccontextmanager
+    async def _opened(
+        cls, config: Config, migrate: bool, components: ComponentRegistry | None
+    ) -> AsyncIterator[Queue]:
+        registry = components or ComponentRegistry.from_config(config.components)
+        store = make_store(config.store.url, schema=config.store.schema, sealer=sealer_for(config))
+        await store.connect()
+        sole: BaseException | None = None
+        try:
+            if migrate:
+                await store.migrate()
+            async with anyio.create_task_group() as tg:
+                queue = cls(config, store, registry, notifier=_notifier_for(store, tg))
+                try:
+                    yield queue
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await queue._flush()
+                    tg.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            sole = sole_exception(group)
+            if sole is None:
+                raise
+        finally:
+            with anyio.CancelScope(shield=True):
+                await store.close()
+                if components is None:  # built here, so closed here
+                    await registry.aclose()
+        if sole is not None:
+            raise sole  # the caller's own error, not the notifier's task group around it
+
+    async def _flush(self) -> None:
+        if self.notifier is not None:
+            with anyio.move_on_after(2):
+                await self.notifier.flush()
+
+    # -- routing -----------------------------------------------------------------------------
+
+    def route(self, component_type: str, component_id: str) -> str:
+        """The transport of a component: ``sync``, ``local`` or ``postgres``."""
+        return self.router.route(component_type, component_id)
+
+    def wake_local(self) -> None:
+        """Wake the claimers of a daemon in this process (after a requeue or continue)."""
+        self.local.wake()
+
+    async def _wake(self, run: Run, *, strict: bool) -> None:
+        """The wake-up of a non-``sync`` route. ``strict`` (enqueue) raises on failure;
+        otherwise (defer, requeue, continue) a failure is logged and the row stays queued."""
+        route = self.route(run.component_type, run.component_id)
+        if route == "sync":
+            return
+        self.local.wake()
+        if route != "postgres" or self.notifier is None:
+            return
+        if not strict:
+            self.notifier.request_wake()
+            return
+        await self.notifier.wake_now()
+
+    # -- submission --------------------------------------------------------------------------
+
+    def new_run(
+        self,
+        component_type: str,
+        component_id: str,
+        payload: Any = None,
+        *,
+        session_id: str | None = None,
+        actor: Actor | None = None,
+        configuration: str | None = None,
+        idempotency_key: str | None = None,
+        max_attempts: int | None = None,
+        deployment_id: str | None = None,
+        priority: int = 0,
+        delay_seconds: float = 0.0,
+        origin: str = "python",
+        save_request: bool = True,
+    ) -> NewRun:
+        """A ``NewRun`` with this queue's defaults (``max_attempts``, this replica's
+        ``deployment_id``), validated."""
+        self._check_component(component_type, component_id)
+        if max_attempts is not None and max_attempts < 1:
+            raise BadRequest("max_attempts must be >= 1")
+        if delay_seconds < 0:
+            raise BadRequest("delay_seconds must be >= 0")
+        return NewRun(
+            component_type=component_type,
+            component_id=component_id,
+            payload=payload,
+            session_id=session_id,
+            actor=actor or Actor(),
+            configuration=configuration,
+            idempotency_key=idempotency_key,
+            max_attempts=max_attempts or self.config.queue.max_attempts,
+            deployment_id=deployment_id or self.config.queue.deployment,
+            priority=priority,
+            delay_seconds=delay_seconds,
+            origin=origin,
+            save_request=save_request,
+        )
+
+    def _check_component(self, component_type: str, component_id: str) -> None:
+        if component_type not in COMPONENT_TYPES:
+            known = ", ".join(sorted(COMPONENT_TYPES))
+            raise BadRequest(f"component_type {component_type!r} is not one of {known}")
+        if not component_id:
+            raise BadRequest("component_id must not be empty")
+        if self.validate_components and not self.components.knows(component_type, component_id):
+            raise UnknownComponent(f"unknown component {component_type}/{component_id}")
+
+    async def _store(self, new: NewRun) -> SubmitResult:
+        result = await self.store.submit(new, max_queue_depth=self.config.queue.max_queue_depth)
+        if result.created:
+            SUBMISSIONS.labels(origin=new.origin).inc()
+            log.info("run.submitted", run_id=result.run.id, component=result.run.component)
+        return result
+
+    async def defer(
+        self, component_type: str, component_id: str, payload: Any = None, **options: Any
+    ) -> SubmitResult:
+        """Store the run; never execute it here. Same options as ``new_run``."""
+        result, _ = await self.submit(
+            self.new_run(component_type, component_id, payload, **options)
+        )
+        return result
+
+    async def enqueue(
+        self, component_type: str, component_id: str, payload: Any = None, **options: Any
+    ) -> Run:
+        """Store the run and dispatch it; on ``sync`` it executes here and the run is
+        returned as it ended. Same options as ``new_run`` (incl. ``save_request``)."""
+        new = self.new_run(component_type, component_id, payload, **options)
+        result, run = await self.submit(new, background=False)
+        return run if run is not None else result.run
+
+    async def submit(
+        self, new: NewRun, *, background: bool = True
+    ) -> tuple[SubmitResult, Run | None]:
+        """``background``: defer semantics, ``(result, None)``. Otherwise enqueue semantics:
+        ``(result, run)`` with the run as the dispatch left it (ended, on ``sync``)."""
+        result = await self._store(new)
+        if not result.created:
+            return result, (None if background else result.run)  # a duplicate is not re-run
+        if background:
+            await self._wake(result.run, strict=False)
+            return result, None
+        return result, await self._dispatch(result.run)
+
+    async def _dispatch(self, run: Run) -> Run:
+        route = self.route(run.component_type, run.component_id)
+        try:
+            if route == "sync":
+                return await self._execute_here(run)
+            await self._wake(run, strict=True)
+            return run
+        except Exception as e:
+            log.warning("run.dispatch_failed", run_id=run.id, route=route, error=str(e))
+            return await self._fail_undispatched(run, f"dispatch failed: {e}", e)
+
+    async def _execute_here(self, run: Run) -> Run:
+        from runq.daemon.executor import Interrupt
+        from runq.daemon.runtime import WorkerRuntime
+
+        if self.runtime is not None:
+            claimed = await self._dispatch_with(self.runtime, run)
+        else:
+            runtime = WorkerRuntime(
+                store=self.store, config=self.config, components=self.components
+            )
+
+            def cancel_here(run_id: str) -> None:
+                runtime.inflight.interrupt(run_id, Interrupt.CANCELLED)
+
+            # A cancel from this process reaches the execution at once, as in a daemon.
+            unsubscribe = self.local.subscribe(lambda: None, cancel_here)
+            try:
+                async with runtime.active():
+                    claimed = await self._dispatch_with(runtime, run)
+            finally:
+                unsubscribe()
+        if claimed is None:
+            log.info("run.left_queued", run_id=run.id)
+        return await self.store.get(run.id) or run
+
+    async def _dispatch_with(self, runtime: Any, run: Run) -> Run | None:
+        from runq.transports.sync import dispatch_in_caller
+
+        return await dispatch_in_caller(
+            self.store,
+            runtime,
+            run,
+            deployment_id=self.config.queue.deployment,
+            serialize=self.config.queue.serialize_sessions,
+        )
+
+    async def _fail_undispatched(self, run: Run, error: str, cause: Exception) -> Run:
+        """Fail a run whose dispatch failed: claim it (if still queued) and fail it for good.
+        When even that cannot be written, the original error is raised."""
+        from runq.daemon.workers import new_worker_id
+
+        worker_id = new_worker_id()
+        try:
+            current = await self.store.get(run.id)
+            if current is not None and current.status is Status.RUNNING and current.locked_by:
+                lease, holder = Lease(current.id, current.attempt), current.locked_by
+            else:
+                claimed = await self.store.claim(
+                    worker_id,
+                    1,
+                    deployment_id=run.deployment_id,
+                    serialize_sessions=False,
+                    run_id=run.id,
+                )
+                if not claimed:
+                    return current or run
+                lease, holder = claimed[0].lease, worker_id
+            await self.store.fail(holder, lease, error=error, retryable=False, retry_in_seconds=0)
+            return await self.store.get(run.id) or run
+        except Exception as e:
+            raise StoreUnavailable(f"{error}; and the run could not be failed: {e}") from cause
+
+    # -- operator verbs --------------------------------------------------------------------------
+
+    async def get(self, run_id: str) -> Run | None:
+        return await self.store.get(run_id)
+
+    async def cancel(self, run_id: str) -> Run:
+        """Cancel a run. A running one stops at its next checkpoint or heartbeat, and at
+        once where the cancel reaches its executor (this process, or any replica over the
+        postgres channel)."""
+        run = await self.store.cancel(run_id)
+        if run.status is Status.RUNNING:
+            self.local.cancel(run_id)
+            if self.notifier is not None:
+                try:
+                    await self.notifier.cancel(run_id)
+                except Exception as e:
+                    # The executor's heartbeat will still see the recorded cancel.
+                    log.warning("cancel.notify_failed", run_id=run_id, error=str(e))
+        return run
+
+    async def continue_(self, run_id: str, decision: Any) -> Run:
+        run = await self.store.continue_(run_id, decision)
+        if run.status is Status.QUEUED:
+            await self._wake(run, strict=False)
+        return run
+
+    async def requeue(
+        self, run_id: str, *, clear_cancellation: bool = False, force: bool = False
+    ) -> Run:
+        run = await self.store.requeue(
+            run_id,
+            clear_cancellation=clear_cancellation,
+            force=force,
+            lock_grace_seconds=self.config.queue.lock_grace_seconds,
+        )
+        await self._wake(run, strict=False)
+        return run
+
+    async def list_jobs(
+        self,
+        *,
+        statuses: Sequence[Status] = (),
+        page: int = 1,
+        limit: int = 20,
+        sort_by: str = "created_at",
+        sort_order: str = "desc",
+        user_id: str | None = None,
+    ) -> Page:
+        return await self.store.list_jobs(
+            statuses=statuses,
+            page=page,
+            limit=limit,
+            sort_by=sort_by,
+            sort_order=sort_order,
+            user_id=user_id,
+        )
+
+    async def stats(self) -> Stats:
+        return await self.store.stats()
+
+
+def _notifier_for(store: Store, tg: TaskGroup) -> Notifier | None:
+    if not is_listenable(store):
+        return None
+    notifier = Notifier(store)  # type: ignore[arg-type]
+    tg.start_soon(notifier.run)
+    return notifier

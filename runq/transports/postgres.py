@@ -1,0 +1,186 @@
+"""The ``postgres`` transport: ``NOTIFY`` to wake, ``LISTEN`` in every replica (DESIGN §5).
+
+``Notifier`` coalesces wake-ups: a burst of submissions sends at most one ``NOTIFY`` per
+window (5 ms), and always one after the last request of a burst, so no submission is left
+to the poll unless a NOTIFY fails. Cancels are sent at once. ``Listener`` holds one
+dedicated connection that ``LISTEN``s on the store's channel; when the connection is lost
+it reconnects with backoff, ``LISTEN``s again and wakes the claimers once (anything
+announced while it was away is found by that claim pass, or by the poll).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import asyncpg
+from anyio.abc import TaskStatus
+
+from runq.config import redact_url
+from runq.log import get_logger
+from runq.metrics import STORE_ERRORS
+from runq.transports.base import CANCEL_PREFIX, WAKE_MESSAGE, ListenableStore, parse_message
+
+log = get_logger(__name__)
+
+COALESCE_WINDOW = 0.005
+#: How often the listener proves its connection alive; a dead one is replaced.
+KEEPALIVE_SECONDS = 5.0
+RECONNECT_MIN = 0.1
+RECONNECT_MAX = 5.0
+
+
+def is_listenable(store: object) -> bool:
+    return bool(getattr(store, "supports_listen", False)) and callable(
+        getattr(store, "notify", None)
+    )
+
+
+class Notifier:
+    """Coalesced ``NOTIFY 'wake'`` and immediate ``NOTIFY 'cancel:<id>'``."""
+
+    def __init__(self, store: ListenableStore, *, window: float = COALESCE_WINDOW) -> None:
+        self._store = store
+        self._window = window
+        self._pending = anyio.Event()
+        self._running = False
+
+    def request_wake(self) -> None:
+        """Ask for a wake-up; sent by ``run()`` within the coalescing window."""
+        self._pending.set()
+
+    async def wake_now(self) -> None:
+        """One NOTIFY now; raises when it fails (``enqueue`` fails the run then)."""
+        await self._store.notify(WAKE_MESSAGE)
+
+    async def cancel(self, run_id: str) -> None:
+        await self._store.notify(CANCEL_PREFIX + run_id)
+
+    async def run(self) -> None:
+        self._running = True
+        try:
+            while True:
+                await self._pending.wait()
+                self._pending = anyio.Event()
+                await self._send_wake()
+                # Requests during the window set the new event: one more NOTIFY after it.
+                await anyio.sleep(self._window)
+        finally:
+            self._running = False
+
+    async def flush(self) -> None:
+        """Send a pending wake-up now (on close, so the last submissions are announced)."""
+        if self._pending.is_set():
+            self._pending = anyio.Event()
+            await self._send_wake()
+
+    async def _send_wake(self) -> None:
+        try:
+            await self._store.notify(WAKE_MESSAGE)
+        except Exception as e:
+            # The row is committed; a sweep or the daemons' poll will find it.
+            STORE_ERRORS.labels(service="notifier").inc()
+            log.warning("notify.failed", error=str(e))
+
+
+class Listener:
+    """``LISTEN`` on the store's channel; calls ``on_wake()`` / ``on_cancel(run_id)``."""
+
+    def __init__(
+        self,
+        url: str,
+        channel: str,
+        *,
+        on_wake: Callable[[], None],
+        on_cancel: Callable[[str], None],
+    ) -> None:
+        self._url = url
+        self._channel = channel
+        self._on_wake = on_wake
+        self._on_cancel = on_cancel
+        self.connected = False
+        self.reconnects = 0
+        self._listened_once = False
+        self._started_reported = False
+        self._connected_at = 0.0
+
+    def _dispatch(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        kind, run_id = parse_message(payload)
+        if kind == "wake":
+            self._on_wake()
+        elif kind == "cancel" and run_id is not None:
+            self._on_cancel(run_id)
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Listen until cancelled, reconnecting forever. Reports started after the first
+        LISTEN (or the first failure, so a database outage never blocks the start)."""
+        delay = RECONNECT_MIN
+        while True:
+            try:
+                await self._listen_once(task_status)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as e:
+                STORE_ERRORS.labels(service="listener").inc()
+                log.warning(
+                    "listener.disconnected",
+                    error=str(e) or type(e).__name__,
+                    url=redact_url(self._url),
+                    retry_in=round(delay, 2),
+                )
+            if self._listened_once:
+                delay = RECONNECT_MIN if self.connected_for > KEEPALIVE_SECONDS else delay
+            self._report_started(task_status)
+            self.connected = False
+            await anyio.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, RECONNECT_MAX)
+
+    def _report_started(self, task_status: TaskStatus[None]) -> None:
+        if not self._started_reported:
+            self._started_reported = True
+            task_status.started()
+
+    async def _listen_once(self, task_status: TaskStatus[None]) -> None:
+        conn = await asyncpg.connect(
+            self._url, timeout=10, server_settings={"application_name": "runq-listener"}
+        )
+        lost = anyio.Event()
+        conn.add_termination_listener(lambda _c: lost.set())
+        try:
+            await conn.add_listener(self._channel, self._dispatch)
+            self.connected = True
+            self._connected_at = anyio.current_time()
+            if self._listened_once:
+                self.reconnects += 1
+                log.info("listener.reconnected", channel=self._channel)
+                self._on_wake()  # whatever was announced while away: one claim pass finds it
+            else:
+                log.info("listener.listening", channel=self._channel)
+            self._listened_once = True
+            self._report_started(task_status)
+            await self._keepalive(conn, lost)
+        finally:
+            self.connected = False
+            with anyio.CancelScope(shield=True):
+                await _close_quietly(conn)
+
+    @property
+    def connected_for(self) -> float:
+        return anyio.current_time() - self._connected_at if self._listened_once else 0.0
+
+    async def _keepalive(self, conn: Any, lost: anyio.Event) -> None:
+        while True:
+            with anyio.move_on_after(KEEPALIVE_SECONDS):
+                await lost.wait()
+            if lost.is_set():
+                raise ConnectionError("listener connection closed")
+            with anyio.fail_after(KEEPALIVE_SECONDS):
+                await conn.execute("SELECT 1")
+
+
+async def _close_quietly(conn: Any) -> None:
+    try:
+        with anyio.move_on_after(2):
+            await conn.close()
+    except Exception:
+        conn.terminate()

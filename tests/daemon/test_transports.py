@@ -1,0 +1,88 @@
+"""Routing and the wake-up transports, without a daemon."""
+
+from __future__ import annotations
+
+import anyio
+import anyio.lowlevel
+import pytest
+from helpers import wait_for
+
+from runq.transports.base import parse_message, resolve_route
+from runq.transports.local import LocalHub
+from runq.transports.postgres import Notifier
+
+pytestmark = [pytest.mark.anyio]
+
+
+def test_the_most_specific_pattern_wins_and_unrouted_is_sync() -> None:
+    routing = {"*": "local", "agent/*": "postgres", "agent/summarize": "sync", "task/re*": "local"}
+    assert resolve_route(routing, "agent", "summarize") == "sync"
+    assert resolve_route(routing, "agent", "other") == "postgres"
+    assert resolve_route(routing, "task", "report") == "local"
+    assert resolve_route(routing, "team", "x") == "local"
+    assert resolve_route({"agent/*": "local"}, "task", "echo") == "sync"
+
+
+def test_messages() -> None:
+    assert parse_message("wake") == ("wake", None)
+    assert parse_message("cancel:abc") == ("cancel", "abc")
+    assert parse_message("cancel:") == ("unknown", None)
+    assert parse_message("hello") == ("unknown", None)
+
+
+class FakeStore:
+    url = "postgresql://fake"
+    channel = "runq_test"
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+        self.attempts = 0
+        self.fail = False
+
+    async def notify(self, payload: str) -> None:
+        self.attempts += 1
+        if self.fail:
+            raise OSError("connection refused")
+        self.sent.append(payload)
+
+
+async def test_a_burst_of_wake_ups_sends_few_notifies_and_always_a_last_one() -> None:
+    store = FakeStore()
+    notifier = Notifier(store, window=0.05)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(notifier.run)
+        for _ in range(500):
+            notifier.request_wake()
+            await anyio.lowlevel.checkpoint()
+        # The first request is sent at once, the rest of the burst by one trailing NOTIFY.
+        await wait_for(lambda: len(store.sent) >= 2, timeout=2, message="the trailing NOTIFY")
+        assert len(store.sent) <= 3
+        sent = len(store.sent)
+        notifier.request_wake()
+        await wait_for(lambda: len(store.sent) == sent + 1, timeout=2, message="next burst")
+        tg.cancel_scope.cancel()
+
+
+async def test_a_failed_notify_is_logged_and_not_raised() -> None:
+    store = FakeStore()
+    store.fail = True
+    notifier = Notifier(store, window=0.01)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(notifier.run)
+        notifier.request_wake()
+        await wait_for(lambda: store.attempts == 1, timeout=2, message="a NOTIFY is tried")
+        store.fail = False
+        notifier.request_wake()
+        await wait_for(lambda: store.sent == ["wake"], timeout=2, message="recovers")
+        tg.cancel_scope.cancel()
+
+
+def test_local_hub_reaches_subscribers_until_they_leave() -> None:
+    hub = LocalHub()
+    woken: list[str] = []
+    unsubscribe = hub.subscribe(lambda: woken.append("wake"), lambda rid: woken.append(rid))
+    hub.wake()
+    hub.cancel("r1")
+    unsubscribe()
+    hub.wake()
+    assert woken == ["wake", "r1"]
