@@ -94,6 +94,11 @@ class BudgetGate:
     def enabled(self) -> bool:
         return bool(self.limits)
 
+    @property
+    def caps_runs(self) -> bool:
+        """Some limit counts runs, so a claim must be counted before the next one is made."""
+        return any(limit.max_runs is not None for limit in self.limits)
+
     def usage_keys(
         self, user_id: str | None, configuration: str | None, now: float
     ) -> list[UsageKey]:

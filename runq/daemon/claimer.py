@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -90,6 +91,8 @@ class Claimer:
         free = self.config.max_concurrency - len(self.inflight)
         if free <= 0:
             return 0
+        if self.runtime.budget.caps_runs:
+            return await self._claim_counting(executions, free)
         runs = await self.store.claim(
             self.runtime.worker_id,
             free,
@@ -101,6 +104,28 @@ class Claimer:
         for run in runs:
             executions.start_soon(self.executor.execute, run, name=f"run {run.id}")
         return len(runs)
+
+    async def _claim_counting(self, executions: TaskGroup, free: int) -> int:
+        """Claim one run at a time, counting each against ``max_runs`` before the next claim:
+        one statement for many slots would let a user with one run left take them all."""
+        claimed = 0
+        while claimed < free:
+            runs = await self.store.claim(
+                self.runtime.worker_id,
+                1,
+                deployment_id=self.config.deployment_id,
+                serialize_sessions=self.config.serialize_sessions,
+                blocked=await self._blocked(),
+            )
+            if not runs:
+                break
+            CLAIMS.inc()
+            claimed += 1
+            await self.executor.count_first_claim(runs[0])
+            executions.start_soon(
+                partial(self.executor.execute, runs[0], counted=True), name=f"run {runs[0].id}"
+            )
+        return claimed
 
     async def run(
         self, executions: TaskGroup, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED

@@ -303,9 +303,10 @@ class Executor:
     def _fields(self, run: Run) -> dict[str, Any]:
         return {"run_id": run.id, "attempt": run.attempt, "worker_id": self.worker_id}
 
-    async def execute(self, run: Run) -> Outcome:
+    async def execute(self, run: Run, *, counted: bool = False) -> Outcome:
         """Execute one claimed run to a settled outcome. Never raises for the run's own
-        failures; raises only when this process is being cancelled."""
+        failures; raises only when this process is being cancelled. ``counted``: the claimer
+        already added this claim to the budget's run counters."""
         execution = Execution(run, self)
         self.inflight.add(execution)
         IN_FLIGHT.inc()
@@ -315,7 +316,7 @@ class Executor:
             QUEUE_WAIT.labels(component_type=run.component_type).observe(wait)
         log.info("run.started", component=run.component, **self._fields(run))
         try:
-            outcome = await self._execute(execution)
+            outcome = await self._execute(execution, counted=counted)
         except Exception as e:
             # A bug here must not take the daemon's task group down with one run.
             log.error("run.executor_error", exc=_format_exception(e), **self._fields(run))
@@ -341,9 +342,10 @@ class Executor:
         )
         return outcome
 
-    async def _execute(self, ex: Execution) -> Outcome:
+    async def _execute(self, ex: Execution, *, counted: bool) -> Outcome:
         run = ex.run
-        await self._count_first_claim(run)
+        if not counted:
+            await self.count_first_claim(run)
         handler = self.components.get(run.component_type, run.component_id)
         if handler is None:
             return await self._fail(ex, f"unknown component {run.component}", retryable=False)
@@ -354,7 +356,8 @@ class Executor:
         result = await self._invoke(ex, handler)
         return await self._settle(ex, result)
 
-    async def _count_first_claim(self, run: Run) -> None:
+    async def count_first_claim(self, run: Run) -> None:
+        """Add a run's first claim to the budget's run counters (max_runs caps)."""
         if self.budget is None or not self.budget.enabled or run.attempt != 1:
             return
         try:
