@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
@@ -137,5 +137,5 @@ async def store(engine: str, tmp_path: Path, key_ring: KeyRing) -> AsyncIterator
 
 
 @pytest.fixture
-def in_ci() -> Iterator[bool]:
-    yield IN_CI
+def in_ci() -> bool:
+    return IN_CI
