@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import math
 import os
 import re
 import tomllib
@@ -93,6 +94,8 @@ class HttpConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     allow_open_on_public: bool = False
     key: str = "env:RUNQ_API_KEY"
     max_body_bytes: int = 1_048_576
+    #: A request's headers and body must arrive within this (slow clients are cut off).
+    request_timeout_seconds: float = 30.0
     jwt: JwtConfig = JwtConfig()
 
     @property
@@ -175,13 +178,29 @@ def _check_unknown_keys(data: Mapping[str, Any]) -> None:
             raise ConfigError(name, f"unknown section{_suggest(name, top)}")
         struct = sections[name]
         if struct is None:
+            _check_free_section(name, value)
             continue
         if name == "budget" and isinstance(value, Mapping):
-            for i, limit in enumerate(value.get("limits", []) or []):
+            # Not a list: decoding names ``budget.limits`` and says what it expected.
+            limits = value.get("limits")
+            for i, limit in enumerate(limits if isinstance(limits, list) else []):
                 if isinstance(limit, Mapping):
                     _check_table(f"budget.limits[{i}]", limit, BudgetLimit)
         if isinstance(value, Mapping):
             _check_table(name, value, struct)
+
+
+def _check_free_section(name: str, table: Any) -> None:
+    """Value types of the free-form maps, checked here because msgspec's error for a bad map
+    value says ``components[...]`` and would not name the entry."""
+    if not isinstance(table, Mapping):
+        return  # decoding reports "expected object" at the section itself
+    for entry, value in table.items():
+        key = f'{name}."{entry}"'
+        if name == "routing" and not isinstance(value, str):
+            raise ConfigError(key, f"must be a transport name ({', '.join(TRANSPORTS)})")
+        if name == "components" and not isinstance(value, str | Mapping):
+            raise ConfigError(key, "must be 'module:function' or a table with a kind")
 
 
 def _check_table(prefix: str, table: Mapping[str, Any], struct: type[msgspec.Struct]) -> None:
@@ -348,6 +367,7 @@ def _require(ok: bool, key: str, message: str) -> None:
 
 
 def validate(config: Config) -> None:
+    _validate_finite(config)
     _validate_store(config.store)
     _validate_queue(config.queue)
     q = config.reaper
@@ -370,6 +390,22 @@ def validate(config: Config) -> None:
     _require(p.redacted_max_chars >= 16, "privacy.redacted_max_chars", "must be at least 16")
     _validate_routing(config)
     _validate_components(config.components)
+
+
+def _validate_finite(config: Config) -> None:
+    """TOML has ``inf`` and ``nan``, but no setting means them: an infinite lease grace or
+    retry delay would leave runs running or queued forever (DESIGN §2.1)."""
+    structs: dict[str, msgspec.Struct] = {
+        "queue": config.queue,
+        "http": config.http,
+        "http.jwt": config.http.jwt,
+        **{f"budget.limits[{i}]": limit for i, limit in enumerate(config.budget.limits)},
+    }
+    for prefix, struct in structs.items():
+        for f in msgspec.structs.fields(struct):
+            value = getattr(struct, f.name)
+            if isinstance(value, float):
+                _require(math.isfinite(value), f"{prefix}.{f.name}", "must be a finite number")
 
 
 def _validate_store(s: StoreConfig) -> None:
@@ -413,6 +449,7 @@ def _validate_queue(q: QueueConfig) -> None:
 def _validate_http(h: HttpConfig) -> None:
     _require(h.auth in AUTH_MODES, "http.auth", f"{h.auth!r} is not one of {', '.join(AUTH_MODES)}")
     _require(h.max_body_bytes >= 1024, "http.max_body_bytes", "must be at least 1024")
+    _require(h.request_timeout_seconds > 0, "http.request_timeout_seconds", "must be > 0")
     if h.listen:
         host, _ = split_listen(h.listen)
         if h.auth == "open" and not is_loopback(host) and not h.allow_open_on_public:
