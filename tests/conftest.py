@@ -26,16 +26,6 @@ ENGINES = ("sqlite", "postgres")
 TEST_KEY = bytes(range(32))
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # Every coroutine test runs on anyio's asyncio backend without a per-test marker.
-    import inspect
-
-    for item in items:
-        func = getattr(item, "function", None)
-        if func is not None and inspect.iscoroutinefunction(func):
-            item.add_marker(pytest.mark.anyio)
-
-
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
@@ -45,19 +35,27 @@ _pg_state: dict[str, str | None] = {}
 
 
 def _check_postgres() -> str | None:
-    """None when PostgreSQL answers, else the reason it does not."""
+    """None when PostgreSQL answers, else the reason it does not. The probe runs its own
+    event loop in a thread, so it works from sync and async fixtures alike."""
     if "reason" not in _pg_state:
         import asyncio
+        import threading
 
         async def probe() -> None:
             conn = await asyncpg.connect(PG_URL, timeout=5)
             await conn.close()
 
-        try:
-            asyncio.run(probe())
-            _pg_state["reason"] = None
-        except (OSError, asyncpg.PostgresError, TimeoutError) as e:
-            _pg_state["reason"] = f"PostgreSQL at {PG_URL} unreachable: {e}"
+        def run() -> None:
+            try:
+                asyncio.run(probe())
+                _pg_state["reason"] = None
+            except (OSError, asyncpg.PostgresError, TimeoutError) as e:
+                _pg_state["reason"] = f"PostgreSQL at {PG_URL} unreachable: {e}"
+
+        thread = threading.Thread(target=run, name="pg-probe", daemon=True)
+        thread.start()
+        thread.join(timeout=15)
+        _pg_state.setdefault("reason", f"PostgreSQL at {PG_URL} did not answer within 15 s")
     return _pg_state["reason"]
 
 
