@@ -339,7 +339,7 @@ class RunqServer:
         cmd = [sys.executable, "-m", "runq", "serve", "--config", str(self.config_path)]
         cmd += ["--log-format", "json"]
         with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(  # noqa: ASYNC220 - Popen returns at once
+            self.process = subprocess.Popen(
                 cmd, cwd=self.setup.workdir, env=env, stdout=log, stderr=subprocess.STDOUT
             )
         if wait_ready:

@@ -298,6 +298,9 @@ class Executor:
         self.on_finished = on_finished
         self.renew_soon = renew_soon
         self.timeout = config.queue.timeout_seconds
+        #: How long a settle write is retried while the database is away; None: until the
+        #: database decides it (the daemon, see ``_durable``).
+        self.settle_timeout: float | None = config.queue.lock_grace_seconds
         self._limiter = anyio.CapacityLimiter(max(config.queue.max_concurrency, 1))
 
     def _fields(self, run: Run) -> dict[str, Any]:
@@ -491,9 +494,17 @@ class Executor:
     async def _durable(
         self, ex: Execution, verb: str, call: Callable[[], Awaitable[T]]
     ) -> T | None:
-        """One settle write, retried while the database is away, for at most one lease
-        grace: after that the lease is stale anyway and the reaper settles the run."""
-        deadline = time.monotonic() + self.config.queue.lock_grace_seconds
+        """One settle write, retried while the database is away.
+
+        In the daemon (``settle_timeout`` None) until the database decides it, applied or
+        fenced off: the execution stays in flight meanwhile, so the heartbeat renews its
+        lease as soon as the database answers again, and the reaper waits one lease grace
+        after an outage before it reaps. A completion that happened during an outage is
+        then kept, not turned into a retry or a dead letter. Elsewhere (``runq work``, the
+        sync transport: a caller is waiting) for at most one lease grace; after that the
+        reaper settles the run."""
+        timeout = self.settle_timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         failures = 0
         while True:
             try:
@@ -502,7 +513,7 @@ class Executor:
             except TRANSIENT_ERRORS as e:
                 failures += 1
                 STORE_ERRORS.labels(service="executor").inc()
-                if time.monotonic() >= deadline:
+                if deadline is not None and time.monotonic() >= deadline:
                     log.error(
                         "run.settle_failed", verb=verb, error=error_text(e), **self._fields(ex.run)
                     )

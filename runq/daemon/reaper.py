@@ -5,10 +5,15 @@ a lease renewed after the scan wins: a non-idempotent section → ``failed`` /
 ``not_retryable``; no saved request → ``failed`` / ``not_retryable``; attempts used up →
 ``failed`` / ``retries_exhausted`` with an error saying how to requeue; otherwise
 ``queued`` (available now) and the claimers are woken. ``runq reap`` calls ``run_once``.
+
+After a pass that could not reach the database, reaping resumes one ``lock_grace_seconds``
+after the database answers again: nobody could heartbeat during the outage, and live
+workers must get the chance to renew before their leases are judged.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -42,11 +47,29 @@ class Reaper:
         self.store = store
         self.config = config
         self.on_requeued = on_requeued
+        #: A pass could not reach the database (see ``run_once``).
+        self._outage = False
+        self._hold_until = 0.0
 
     async def run_once(self) -> ReapReport:
-        report = await self.store.reap_stale(
-            lock_grace_seconds=self.config.lock_grace_seconds, limit=self.config.limit
-        )
+        """One bounded pass. After a pass that could not reach the database, the reaper
+        waits until the database answers and then one more ``lock_grace_seconds`` before it
+        reaps: during an outage no worker could heartbeat, so a lease that went stale then
+        says nothing about its worker, and live workers get a grace to renew first."""
+        if self._outage:
+            await self.store.ping()  # raises while the database is still away
+            self._outage = False
+            self._hold_until = time.monotonic() + self.config.lock_grace_seconds
+            log.info("reaper.resumes_after_grace", seconds=self.config.lock_grace_seconds)
+        if time.monotonic() < self._hold_until:
+            return ReapReport()
+        try:
+            report = await self.store.reap_stale(
+                lock_grace_seconds=self.config.lock_grace_seconds, limit=self.config.limit
+            )
+        except Exception:
+            self._outage = True
+            raise
         REAPER_REQUEUED.inc(report.requeued)
         REAPER_DEAD_LETTERED.inc(report.dead_lettered)
         if report.requeued or report.dead_lettered:

@@ -64,6 +64,9 @@ class Supervisor:
             components=queue.components,
             on_finished=self._wake_claimer,
         )
+        # A serving daemon retries a settle write until the database decides it: an outage
+        # longer than the lease grace must not turn finished runs into retries.
+        self.runtime.executor.settle_timeout = None
         self.claimer = Claimer(
             self.store,
             self.runtime,
