@@ -102,7 +102,10 @@ class Claimer:
         )
         CLAIMS.inc(len(runs))
         for run in runs:
-            executions.start_soon(self.executor.execute, run, name=f"run {run.id}")
+            # Admitted now, not when the task first runs: the next pass's free-slot count
+            # must include these runs, or a second claim would exceed max_concurrency.
+            execution = self.executor.admit(run)
+            executions.start_soon(self.executor.run_admitted, execution, name=f"run {run.id}")
         return len(runs)
 
     async def _claim_counting(self, executions: TaskGroup, free: int) -> int:
@@ -122,8 +125,10 @@ class Claimer:
             CLAIMS.inc()
             claimed += 1
             await self.executor.count_first_claim(runs[0])
+            execution = self.executor.admit(runs[0])
             executions.start_soon(
-                partial(self.executor.execute, runs[0], counted=True), name=f"run {runs[0].id}"
+                partial(self.executor.run_admitted, execution, counted=True),
+                name=f"run {runs[0].id}",
             )
         return claimed
 

@@ -22,6 +22,7 @@ An exception's message becomes the run's ``error``; its traceback goes to the lo
 from __future__ import annotations
 
 import enum
+import functools
 import random
 import threading
 import time
@@ -106,6 +107,23 @@ def live_handler_threads() -> int:
     """Plain-function handlers still running (possibly abandoned by a drain)."""
     with _threads_lock:
         return _live_threads[0]
+
+
+# Labelled metric children, looked up once per label set: ``.labels()`` on every run showed
+# up in the worker's profile. Label values are bounded (component types, outcomes, reasons).
+@functools.cache
+def _queue_wait(component_type: str) -> Any:
+    return QUEUE_WAIT.labels(component_type=component_type)
+
+
+@functools.cache
+def _run_duration(component_type: str, outcome: str) -> Any:
+    return RUN_DURATION.labels(component_type=component_type, outcome=outcome)
+
+
+@functools.cache
+def _runs_finished(outcome: str, termination_reason: str) -> Any:
+    return RUNS_FINISHED.labels(outcome=outcome, termination_reason=termination_reason)
 
 
 # -- one execution -----------------------------------------------------------------------
@@ -306,18 +324,28 @@ class Executor:
     def _fields(self, run: Run) -> dict[str, Any]:
         return {"run_id": run.id, "attempt": run.attempt, "worker_id": self.worker_id}
 
+    def admit(self, run: Run) -> Execution:
+        """Register a claimed run as in flight, synchronously: the claimer calls this before it
+        starts the task, so the next free-slot count already includes the run."""
+        execution = Execution(run, self)
+        self.inflight.add(execution)
+        IN_FLIGHT.inc()
+        return execution
+
     async def execute(self, run: Run, *, counted: bool = False) -> Outcome:
         """Execute one claimed run to a settled outcome. Never raises for the run's own
         failures; raises only when this process is being cancelled. ``counted``: the claimer
         already added this claim to the budget's run counters."""
-        execution = Execution(run, self)
-        self.inflight.add(execution)
-        IN_FLIGHT.inc()
+        return await self.run_admitted(self.admit(run), counted=counted)
+
+    async def run_admitted(self, execution: Execution, *, counted: bool = False) -> Outcome:
+        """``execute`` for a run already registered with ``admit``."""
+        run = execution.run
         started = time.monotonic()
         if run.started_at is not None:
             wait = max(run.started_at - run.available_at, 0.0)
-            QUEUE_WAIT.labels(component_type=run.component_type).observe(wait)
-        log.info("run.started", component=run.component, **self._fields(run))
+            _queue_wait(run.component_type).observe(wait)
+        log.debug("run.started", component=run.component, **self._fields(run))
         try:
             outcome = await self._execute(execution, counted=counted)
         except Exception as e:
@@ -330,13 +358,12 @@ class Executor:
             if self.on_finished is not None:
                 self.on_finished()
         elapsed = time.monotonic() - started
-        RUN_DURATION.labels(component_type=run.component_type, outcome=outcome.kind).observe(
-            elapsed
-        )
-        RUNS_FINISHED.labels(
-            outcome=outcome.kind, termination_reason=outcome.termination_reason
-        ).inc()
-        log.info(
+        _run_duration(run.component_type, outcome.kind).observe(elapsed)
+        _runs_finished(outcome.kind, outcome.termination_reason).inc()
+        # A completed run is routine: at thousands a second its line would cost more than
+        # the run. Everything else an operator may need to look at stays at INFO.
+        level = log.debug if outcome.kind == "completed" else log.info
+        level(
             "run.finished",
             outcome=outcome.kind,
             termination_reason=outcome.termination_reason or None,
