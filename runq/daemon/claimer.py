@@ -88,7 +88,7 @@ class Claimer:
 
     async def claim_once(self, executions: TaskGroup) -> int:
         """One pass: claim up to the free slots and start them. Returns how many."""
-        free = self.config.max_concurrency - len(self.inflight)
+        free = self.config.max_concurrency - self.inflight.executing
         if free <= 0:
             return 0
         if self.runtime.budget.caps_runs:
@@ -159,7 +159,7 @@ class Claimer:
                     if not started:
                         started = True
                         task_status.started()
-                free = self.config.max_concurrency - len(self.inflight)
+                free = self.config.max_concurrency - self.inflight.executing
                 if claimed and free > 0:
                     continue  # a full pass: more may be waiting for the slots still free
                 await self._sleep(self.config.poll_interval)

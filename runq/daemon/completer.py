@@ -3,10 +3,10 @@
 Executions hand their completion to ``complete()`` and wait. While ``run()`` is active,
 completions are collected for up to ``max_wait`` (5 ms) or ``max_batch`` (64) items,
 whichever comes first, and written in one statement (DESIGN §9). A batch is written at
-once when every execution in flight has handed in its completion: nothing else can join
-it, and waiting would only hold the slots (with 16 slots and fast handlers the 5 ms wait
-paced the whole drain). Without ``run()`` (the
-``sync`` transport, ``runq work``), each completion is written on its own at once.
+once when no handler is still executing: nothing else can join it soon, and waiting would
+only delay the write (with 16 slots and fast handlers the 5 ms wait paced the drain).
+Without ``run()`` (the ``sync`` transport, ``runq work``), each completion is written on
+its own at once.
 A completion fenced off (the lease was lost) is reported to its caller, which counts it.
 """
 
@@ -46,13 +46,13 @@ class Completer:
         worker_id: str,
         config: CompleterConfig | None = None,
         *,
-        in_flight: Callable[[], int] | None = None,
+        executing: Callable[[], int] | None = None,
     ) -> None:
         self.store = store
         self.worker_id = worker_id
         self.config = config or CompleterConfig()
-        #: How many executions are in flight; when all of them wait here, flush at once.
-        self._in_flight = in_flight
+        #: How many handlers still execute; none left means nothing more is coming.
+        self._executing = executing
         self._pending: list[_Waiter] = []
         self._has_items = anyio.Event()
         self._full = anyio.Event()
@@ -67,7 +67,7 @@ class Completer:
         waiter = _Waiter(completion)
         self._pending.append(waiter)
         self._has_items.set()
-        if len(self._pending) >= self._batch_target():
+        if self._flush_now():
             self._full.set()
         await waiter.done.wait()
         if waiter.error is not None:
@@ -89,17 +89,19 @@ class Completer:
                 waiter.error = RuntimeError("completer stopped")
                 waiter.done.set()
 
-    def _batch_target(self) -> int:
-        """How many completions make a batch worth writing now."""
-        if self._in_flight is None:
-            return self.config.max_batch
-        return max(1, min(self.config.max_batch, self._in_flight()))
+    def _flush_now(self) -> bool:
+        """A full batch, or pending completions that no executing handler could join."""
+        if not self._pending:
+            return False
+        if len(self._pending) >= self.config.max_batch:
+            return True
+        return self._executing is not None and self._executing() == 0
 
     def _take(self, count: int) -> list[_Waiter]:
         batch, self._pending = self._pending[:count], self._pending[count:]
         if not self._pending:
             self._has_items = anyio.Event()
-        if len(self._pending) < self._batch_target():
+        if not self._flush_now():
             self._full = anyio.Event()
         return batch
 

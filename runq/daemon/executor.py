@@ -140,6 +140,9 @@ class Execution:
     shutdown_requested: bool = False
     thread_done: threading.Event | None = None
     last_renewal: float = field(default_factory=time.monotonic)
+    #: The handler is done and its completion handed to the completer: the run no longer
+    #: takes an execution slot, though its lease is held (and renewed) until it is written.
+    handed_in: bool = False
 
     @property
     def lease(self) -> Lease:
@@ -213,11 +216,22 @@ class InFlight:
 
     def __init__(self) -> None:
         self._by_id: dict[str, Execution] = {}
+        self._handed_in = 0
         self._empty = anyio.Event()
         self._empty.set()
 
     def __len__(self) -> int:
         return len(self._by_id)
+
+    @property
+    def executing(self) -> int:
+        """Executions whose handler still runs: what ``max_concurrency`` bounds."""
+        return len(self._by_id) - self._handed_in
+
+    def hand_in(self, execution: Execution) -> None:
+        if not execution.handed_in and self._by_id.get(execution.run.id) is execution:
+            execution.handed_in = True
+            self._handed_in += 1
 
     def add(self, execution: Execution) -> None:
         self._by_id[execution.run.id] = execution
@@ -227,6 +241,8 @@ class InFlight:
     def remove(self, execution: Execution) -> None:
         if self._by_id.get(execution.run.id) is execution:
             del self._by_id[execution.run.id]
+            if execution.handed_in:
+                self._handed_in -= 1
         if not self._by_id:
             self._empty.set()
 
@@ -577,6 +593,11 @@ class Executor:
             keep_answer=keep,
             termination_reason=reason,
         )
+        # The slot is free once the handler is done: the next claim overlaps this write
+        # (the run stays running and fenced until the write lands, as before).
+        self.inflight.hand_in(ex)
+        if self.on_finished is not None:
+            self.on_finished()
         applied = await self._durable(ex, "complete", lambda: self.completer.complete(completion))
         if applied is None:
             return Outcome("unsettled", applied=False)

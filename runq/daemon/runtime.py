@@ -44,7 +44,9 @@ class WorkerRuntime:
         self.worker_id = worker_id or new_worker_id()
         self.inflight = InFlight()
         self.budget = BudgetGate(config.budget, store, on_refusal=_count_refusal)
-        self.completer = Completer(store, self.worker_id, in_flight=self.inflight.__len__)
+        self.completer = Completer(
+            store, self.worker_id, executing=lambda: self.inflight.executing
+        )
         self.heartbeat = Heartbeat(
             store,
             self.worker_id,
