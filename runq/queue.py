@@ -202,8 +202,10 @@ class Queue:
         if self.validate_components and not self.components.knows(component_type, component_id):
             raise UnknownComponent(f"unknown component {component_type}/{component_id}")
 
-    async def _store(self, new: NewRun) -> SubmitResult:
-        result = await self.store.submit(new, max_queue_depth=self.config.queue.max_queue_depth)
+    async def _store(self, new: NewRun, *, wake: bool = False) -> SubmitResult:
+        result = await self.store.submit(
+            new, max_queue_depth=self.config.queue.max_queue_depth, wake=wake
+        )
         if result.created:
             SUBMISSIONS.labels(origin=new.origin).inc()
             log.info("run.submitted", run_id=result.run.id, component=result.run.component)
@@ -232,13 +234,26 @@ class Queue:
     ) -> tuple[SubmitResult, Run | None]:
         """``background``: defer semantics, ``(result, None)``. Otherwise enqueue semantics:
         ``(result, run)`` with the run as the dispatch left it (ended, on ``sync``)."""
-        result = await self._store(new)
+        inline = background and self._inline_wake(new)
+        result = await self._store(new, wake=inline)
         if not result.created:
             return result, (None if background else result.run)  # a duplicate is not re-run
         if background:
-            await self._wake(result.run, strict=False)
+            if inline:
+                self.local.wake()  # the NOTIFY went out with the insert
+            else:
+                await self._wake(result.run, strict=False)
             return result, None
         return result, await self._dispatch(result.run)
+
+    def _inline_wake(self, new: NewRun) -> bool:
+        """Carry the wake-up in the submit statement itself (postgres route): the first
+        submission of each coalescing window saves the round trip of a NOTIFY after it."""
+        if self.notifier is None:
+            return False
+        if self.route(new.component_type, new.component_id) != "postgres":
+            return False
+        return self.notifier.take_inline_slot()
 
     async def _dispatch(self, run: Run) -> Run:
         route = self.route(run.component_type, run.component_id)

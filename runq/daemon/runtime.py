@@ -44,9 +44,7 @@ class WorkerRuntime:
         self.worker_id = worker_id or new_worker_id()
         self.inflight = InFlight()
         self.budget = BudgetGate(config.budget, store, on_refusal=_count_refusal)
-        self.completer = Completer(
-            store, self.worker_id, executing=lambda: self.inflight.executing
-        )
+        self.completer = Completer(store, self.worker_id, executing=lambda: self.inflight.executing)
         self.heartbeat = Heartbeat(
             store,
             self.worker_id,

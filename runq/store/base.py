@@ -68,7 +68,9 @@ class Store(Protocol):
 
     # -- producer ----------------------------------------------------------------------
 
-    async def submit(self, new: NewRun, *, max_queue_depth: int) -> SubmitResult:
+    async def submit(
+        self, new: NewRun, *, max_queue_depth: int, wake: bool = False
+    ) -> SubmitResult:
         """Insert a queued run, attempt 0.
 
         Idempotency: a key already used by the same ``actor.user_id`` returns the
@@ -76,7 +78,10 @@ class Store(Protocol):
         duplicate is answered even when the queue is full); the same key for another
         component raises ``IdempotencyConflict``. When ``max_queue_depth > 0`` and that
         many runs are queued, raises ``QueueFull``. ``available_at = now + delay_seconds``.
-        ``save_request=False`` stores no payload (``has_request`` false).
+        ``save_request=False`` stores no payload (``has_request`` false). ``wake``: where the
+        engine has LISTEN/NOTIFY, send ``NOTIFY 'wake'`` in the same statement when the run was
+        inserted (delivered at commit, one round trip less than a NOTIFY after it); engines
+        without it ignore the flag.
         """
 
     async def submit_many(self, news: Sequence[NewRun]) -> list[str]:

@@ -305,7 +305,8 @@ def _submit_sql(s: str, now: str) -> str:
 
     $1 id, $2 type, $3 component id, $4 max_attempts, $5 priority, $6 session, $7 user,
     $8 actor, $9 configuration, $10 deployment, $11 idempotency key, $12 origin,
-    $13 delay, $14 has_request, $15 payload, $16 max_queue_depth (0 = unbounded).
+    $13 delay, $14 has_request, $15 payload, $16 max_queue_depth (0 = unbounded),
+    $17 the NOTIFY channel when the insert should wake the listeners (NULL: no NOTIFY).
     The depth count stops at the limit (a bounded index-only walk of the queued rows).
     ON CONFLICT covers a concurrent submit of the same key: nothing is returned then and
     the caller re-runs the statement, which now sees the winner in ``existing``.
@@ -335,7 +336,9 @@ def _submit_sql(s: str, now: str) -> str:
                (SELECT id FROM existing) AS existing_id,
                (SELECT component_type || '/' || component_id FROM existing)
                    AS existing_component,
-               (SELECT is_full FROM gate) AS queue_full
+               (SELECT is_full FROM gate) AS queue_full,
+               CASE WHEN $17::text IS NOT NULL AND ins.id IS NOT NULL
+                    THEN pg_notify($17::text, 'wake') IS NULL END AS notified
         FROM (SELECT 1) AS one LEFT JOIN ins ON true"""
 
 
@@ -847,7 +850,9 @@ class PostgresStore:
 
     # -- producer -----------------------------------------------------------------------
 
-    async def submit(self, new: NewRun, *, max_queue_depth: int) -> SubmitResult:
+    async def submit(
+        self, new: NewRun, *, max_queue_depth: int, wake: bool = False
+    ) -> SubmitResult:
         run_id = new.id or new_run_id()
         # Encode before any SQL: a value that is not JSON raises InvalidPayload, nothing written.
         encoded = common.encode_json(new.payload) if new.save_request else None
@@ -869,6 +874,7 @@ class PostgresStore:
             new.save_request,
             payload,
             max(max_queue_depth, 0),
+            self.channel if wake else None,
         )
         for _ in range(_SUBMIT_ATTEMPTS):
             try:

@@ -574,7 +574,11 @@ class SqliteStore:
             "payload": common.seal_encoded(self._sealer, "payload", run_id, encoded),
         }
 
-    async def submit(self, new: NewRun, *, max_queue_depth: int) -> SubmitResult:
+    async def submit(
+        self, new: NewRun, *, max_queue_depth: int, wake: bool = False
+    ) -> SubmitResult:
+        # ``wake`` asks for an in-statement NOTIFY; SQLite has none (claimers poll or are
+        # woken in process), so it is ignored.
         run_id = new.id or new_run_id()
         # Encode (and seal) before the transaction: a bad payload never takes the write lock.
         encoded = common.encode_json(new.payload) if new.save_request else None

@@ -11,6 +11,7 @@ announced while it was away is found by that claim pass, or by the poll).
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -46,6 +47,16 @@ class Notifier:
         self._window = window
         self._pending = anyio.Event()
         self._running = False
+        self._last_sent = float("-inf")
+
+    def take_inline_slot(self) -> bool:
+        """True when no wake-up went out in the current coalescing window; the caller then
+        sends one inside its submit statement (delivered at commit, no extra round trip)."""
+        now = time.monotonic()
+        if now - self._last_sent < self._window:
+            return False
+        self._last_sent = now
+        return True
 
     def request_wake(self) -> None:
         """Ask for a wake-up; sent by ``run()`` within the coalescing window."""
@@ -77,6 +88,7 @@ class Notifier:
             await self._send_wake()
 
     async def _send_wake(self) -> None:
+        self._last_sent = time.monotonic()
         try:
             await self._store.notify(WAKE_MESSAGE)
         except Exception as e:

@@ -533,3 +533,20 @@ async def test_claim_walks_the_partial_index(store: PostgresStore, schema: str) 
         await con.close()
     # One ordered walk of the partial index per deployment id ('' and 'gpu').
     assert plan.count("Index Scan using runs_claim_idx") == 2, plan
+
+
+async def test_submit_can_carry_its_wake_up_notify(store: PostgresStore) -> None:
+    conn = await asyncpg.connect(PG_URL)
+    heard: list[str] = []
+    try:
+        await conn.add_listener(store.channel, lambda *args: heard.append(args[3]))
+        await store.submit(new(idempotency_key="k-wake"), max_queue_depth=0, wake=True)
+        await wait_for(lambda: heard == ["wake"], timeout=5, message="the NOTIFY arrives")
+        # A duplicate inserts nothing, so it announces nothing; wake=False never does.
+        await store.submit(new(idempotency_key="k-wake"), max_queue_depth=0, wake=True)
+        await store.submit(new(), max_queue_depth=0)
+        await conn.execute("SELECT pg_notify($1, 'marker')", store.channel)
+        await wait_for(lambda: heard[-1:] == ["marker"], timeout=5, message="marker arrives")
+        assert heard == ["wake", "marker"]
+    finally:
+        await conn.close()
