@@ -71,6 +71,14 @@ class Claimer:
     def inflight(self) -> InFlight:
         return self.runtime.inflight
 
+    def free_slots(self) -> int:
+        """Handlers may execute ``max_concurrency`` at once. A run whose handler returned frees
+        its slot while its completion waits for the batched write (so the next claim overlaps
+        that write), but at most another ``max_concurrency`` may wait: the rows this worker
+        holds ``running`` stay bounded by twice the limit."""
+        limit = self.config.max_concurrency
+        return min(limit - self.inflight.executing, 2 * limit - len(self.inflight))
+
     def wake(self) -> None:
         self._wake.set()
 
@@ -88,7 +96,7 @@ class Claimer:
 
     async def claim_once(self, executions: TaskGroup) -> int:
         """One pass: claim up to the free slots and start them. Returns how many."""
-        free = self.config.max_concurrency - self.inflight.executing
+        free = self.free_slots()
         if free <= 0:
             return 0
         if self.runtime.budget.caps_runs:
@@ -159,7 +167,7 @@ class Claimer:
                     if not started:
                         started = True
                         task_status.started()
-                free = self.config.max_concurrency - self.inflight.executing
+                free = self.free_slots()
                 if claimed and free > 0:
                     continue  # a full pass: more may be waiting for the slots still free
                 await self._sleep(self.config.poll_interval)
