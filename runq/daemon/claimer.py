@@ -73,11 +73,13 @@ class Claimer:
 
     def free_slots(self) -> int:
         """Handlers may execute ``max_concurrency`` at once. A run whose handler returned frees
-        its slot while its completion waits for the batched write (so the next claim overlaps
-        that write), but at most another ``max_concurrency`` may wait: the rows this worker
-        holds ``running`` stay bounded by twice the limit."""
+        its slot while its completion waits for the batched write, so the next claim overlaps
+        that write (a cap of ``max_concurrency`` on waiting rows cost a third of the drain).
+        At most one completer batch more may wait: the rows this worker holds ``running`` stay
+        bounded by ``max_concurrency + max_batch``."""
         limit = self.config.max_concurrency
-        return min(limit - self.inflight.executing, 2 * limit - len(self.inflight))
+        held = limit + self.runtime.completer.config.max_batch
+        return min(limit - self.inflight.executing, held - len(self.inflight))
 
     def wake(self) -> None:
         self._wake.set()
