@@ -1,0 +1,269 @@
+"""Procrastinate side of the bench. Runs in bench/.peers/venv (never runq's environment).
+
+    python procrastinate_bench.py run --workload W1|W2|W3 --dsn DSN [--runs N] ...
+    python procrastinate_bench.py worker --dsn DSN [--latency-file F --expect N]
+
+The worker is what ``procrastinate worker`` runs: ``App(PsycopgConnector)``,
+``run_worker_async(queues=[...], concurrency=16)`` with LISTEN/NOTIFY (the default) and
+the default ``delete_jobs="never"`` (finished jobs stay in procrastinate_jobs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import procrastinate
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import common
+
+QUEUE = "bench"
+OTHER = "other_service"
+
+app = procrastinate.App(connector=procrastinate.PsycopgConnector())
+_latency: dict[str, Any] = {"file": "", "expect": 0, "values": [], "written": False}
+
+
+@app.task(name="noop", queue=QUEUE)
+async def noop(i: int = 0, t: float | None = None, w: int | None = None) -> None:
+    if t is not None and _latency["file"]:
+        values = _latency["values"]
+        values.append(time.time() - t)
+        if len(values) >= _latency["expect"] and not _latency["written"]:
+            _latency["written"] = True
+            Path(_latency["file"]).write_text(json.dumps(values))  # noqa: ASYNC240
+
+
+def connector(dsn: str) -> procrastinate.PsycopgConnector:
+    return procrastinate.PsycopgConnector(conninfo=dsn)
+
+
+async def worker_main(args: argparse.Namespace) -> None:
+    _latency.update(file=args.latency_file, expect=args.expect)
+    with app.replace_connector(connector(args.dsn)):
+        async with app.open_async():
+            await app.run_worker_async(queues=[QUEUE], concurrency=args.concurrency)
+
+
+# -- driver ---------------------------------------------------------------------------------
+
+
+async def remaining(conn: psycopg.AsyncConnection) -> int:
+    cur = await conn.execute(
+        "SELECT count(*) FROM procrastinate_jobs "
+        "WHERE queue_name = %s AND status IN ('todo', 'doing')",
+        (QUEUE,),
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def bulk_submit(n: int, batch: int) -> float:
+    t0 = time.perf_counter()
+    for start in range(0, n, batch):
+        k = min(batch, n - start)
+        await noop.batch_defer_async(*({"i": start + j} for j in range(k)))
+    return n / (time.perf_counter() - t0)
+
+
+async def prefill(conn: psycopg.AsyncConnection, final: int, foreign: int) -> None:
+    """Procrastinate keeps finished jobs in procrastinate_jobs (delete_jobs='never'):
+    'final runs' are succeeded jobs of the served queue; 'runs the worker does not serve'
+    are todo jobs of a queue the worker does not listen to."""
+    await conn.execute(
+        """INSERT INTO procrastinate_jobs (queue_name, task_name, args, status, attempts)
+           SELECT %s, 'noop', jsonb_build_object('i', g), 'succeeded', 1
+           FROM generate_series(1, %s) g""",
+        (QUEUE, final),
+    )
+    await conn.execute(
+        """INSERT INTO procrastinate_jobs (queue_name, task_name, args, status)
+           SELECT %s, 'noop', jsonb_build_object('i', g), 'todo'
+           FROM generate_series(1, %s) g""",
+        (OTHER, foreign),
+    )
+    await conn.execute("VACUUM ANALYZE procrastinate_jobs")
+    await conn.execute("VACUUM ANALYZE procrastinate_events")
+
+
+async def completion_window(
+    conn: psycopg.AsyncConnection, since: float
+) -> tuple[int, float | None, float | None]:
+    cur = await conn.execute(
+        """SELECT count(*), extract(epoch FROM min(e.at))::float8,
+                  extract(epoch FROM max(e.at))::float8
+           FROM procrastinate_events e
+           WHERE e.type = 'succeeded' AND e.at > to_timestamp(%s)""",
+        (since,),
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    return int(row[0]), row[1], row[2]
+
+
+def spawn_worker(args: argparse.Namespace, extra: list[str], log_path: Path):  # type: ignore[no-untyped-def]
+    cmd = [
+        sys.executable,
+        __file__,
+        "worker",
+        "--dsn",
+        args.dsn,
+        "--concurrency",
+        str(args.concurrency),
+        *extra,
+    ]
+    return common.start_process(cmd, log_path=log_path)
+
+
+async def xacts(conn: psycopg.AsyncConnection) -> int:
+    await conn.execute("SELECT pg_stat_clear_snapshot()")
+    cur = await conn.execute(common.XACT_SQL)
+    row = await cur.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def now_epoch(conn: psycopg.AsyncConnection) -> float:
+    cur = await conn.execute("SELECT extract(epoch FROM now())::float8")
+    row = await cur.fetchone()
+    assert row is not None
+    return float(row[0])
+
+
+async def drain_workload(args: argparse.Namespace, conn: psycopg.AsyncConnection) -> dict[str, Any]:
+    n = args.runs
+    if args.workload == "W3":
+        common.log(f"prefill {args.final} final + {args.foreign} foreign")
+        await prefill(conn, args.final, args.foreign)
+    common.log(f"bulk submit {n}")
+    submit_rate = await bulk_submit(n, args.batch)
+    since = await now_epoch(conn)
+    x0 = await xacts(conn)
+    log_path = Path(args.logdir) / f"procrastinate_{args.workload}_worker.log"
+    proc = spawn_worker(args, [], log_path)
+    sampler = common.RssSampler(proc.pid).start()
+    try:
+        polled = await common.drain_watch(
+            lambda: remaining(conn),
+            n,
+            timeout=args.timeout,
+            cap=args.cap,
+            worker=proc,
+            label="procrastinate drain",
+        )
+    except Exception:
+        common.log(common.tail(log_path))
+        raise
+    finally:
+        sampler.stop()
+        common.stop_process(proc)
+    done, first, last = await completion_window(conn, since)
+    rate = common.window_rate(done, first, last) or polled["polled_rate"]
+    await asyncio.sleep(0.6)
+    x1 = await xacts(conn)
+    return {
+        "submit_rate": round(submit_rate, 1),
+        "drain_rate": rate,
+        **polled,
+        "worker_peak_rss_mb": sampler.peak_mb,
+        "worker_cpu_s": round(sampler.cpu_s or 0.0, 2),
+        "xacts_per_1k_runs": round((x1 - x0) * 1000 / max(done, 1), 1),
+    }
+
+
+async def latency_workload(
+    args: argparse.Namespace, conn: psycopg.AsyncConnection
+) -> dict[str, Any]:
+    lat_file = Path(args.logdir) / "procrastinate_W2_latency.json"
+    lat_file.unlink(missing_ok=True)
+    log_path = Path(args.logdir) / "procrastinate_W2_worker.log"
+    proc = spawn_worker(
+        args, ["--latency-file", str(lat_file), "--expect", str(args.runs)], log_path
+    )
+    sampler = common.RssSampler(proc.pid).start()
+    try:
+        for i in range(common.WARMUP_RUNS):
+            await noop.defer_async(w=i)
+        await common.drain_watch(
+            lambda: remaining(conn), common.WARMUP_RUNS, timeout=60, worker=proc, label="warm-up"
+        )
+
+        async def submit_one(i: int, t: float) -> None:
+            await noop.defer_async(i=i, t=t)
+
+        common.log(f"producer: {args.runs} runs at {args.rate}/s")
+        achieved = await common.paced(args.runs, args.rate, submit_one)
+        deadline = time.monotonic() + args.timeout
+        while not lat_file.exists():
+            if time.monotonic() > deadline or proc.poll() is not None:
+                common.log(common.tail(log_path))
+                raise TimeoutError("procrastinate: latency results never arrived")
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.2)
+        latencies = json.loads(lat_file.read_text())
+    finally:
+        sampler.stop()
+        common.stop_process(proc)
+    return {
+        **common.latency_summary(latencies),
+        "submit_rate": round(achieved, 1),
+        "worker_peak_rss_mb": sampler.peak_mb,
+        "worker_cpu_s": round(sampler.cpu_s or 0.0, 2),
+    }
+
+
+async def run_main(args: argparse.Namespace) -> None:
+    with app.replace_connector(connector(args.dsn)):
+        async with app.open_async():
+            await app.schema_manager.apply_schema_async()
+            async with await psycopg.AsyncConnection.connect(args.dsn, autocommit=True) as conn:
+                if args.workload in ("W1", "W3"):
+                    res = await drain_workload(args, conn)
+                elif args.workload == "W2":
+                    res = await latency_workload(args, conn)
+                else:
+                    raise SystemExit(f"procrastinate has no workload {args.workload}")
+    res.update(
+        system="procrastinate",
+        workload=args.workload,
+        runs=args.runs,
+        version=procrastinate.__version__,
+    )
+    common.emit(res)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("role", choices=["run", "worker"])
+    p.add_argument("--dsn", required=True)
+    p.add_argument("--workload", default="W1")
+    p.add_argument("--runs", type=int, default=common.W1_RUNS)
+    p.add_argument("--final", type=int, default=common.W3_FINAL)
+    p.add_argument("--foreign", type=int, default=common.W3_FOREIGN)
+    p.add_argument("--rate", type=float, default=common.W2_RATE)
+    p.add_argument("--batch", type=int, default=common.SUBMIT_BATCH)
+    p.add_argument("--concurrency", type=int, default=common.CONCURRENCY)
+    p.add_argument("--timeout", type=float, default=600)
+    p.add_argument(
+        "--cap", type=float, default=None, help="end a drain measurement after this many seconds"
+    )
+    p.add_argument("--logdir", default="/tmp")
+    p.add_argument("--latency-file", default="")
+    p.add_argument("--expect", type=int, default=0)
+    args = p.parse_args()
+    if args.role == "worker":
+        asyncio.run(worker_main(args))
+    else:
+        asyncio.run(run_main(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,585 @@
+#!/usr/bin/env python3
+"""The one bench command: runq against PgQueuer and Procrastinate, same machine, same run.
+
+    python3 bench/run.py                 # full run: 3 repetitions, about 10 minutes on 2 cores
+    python3 bench/run.py --quick         # smaller workloads, 1 repetition (development)
+    python3 bench/run.py --only W1,W2    # a selection (W1 W2 W3 W4 floor mem)
+    python3 bench/run.py --profile       # also py-spy the runq worker during one W1 drain
+
+It re-executes itself with the project's .venv, creates bench/.peers/venv (the peers are
+never dependencies of runq) and installs the peers there, then runs every workload for
+every system, each in a fresh database on the local PostgreSQL (CREATE DATABASE ... DROP
+after), interleaved (runq, pgqueuer, procrastinate, runq, ...) for each repetition.
+Prints medians and runq/peer ratios as a table, and writes bench/results/latest.json
+(and latest.md).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+VENV_PY = ROOT / ".venv" / "bin" / "python"
+
+if Path(sys.prefix).resolve() != (ROOT / ".venv").resolve() and VENV_PY.exists():
+    os.execv(str(VENV_PY), [str(VENV_PY), *sys.argv])
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+from typing import Any  # noqa: E402
+
+import asyncpg  # noqa: E402
+
+PEERS_DIR = BENCH / ".peers"
+PEER_VENV = PEERS_DIR / "venv"
+PEER_PY = PEER_VENV / "bin" / "python"
+PEER_PACKAGES = ["pgqueuer", "procrastinate", "asyncpg", "psutil", "uvloop"]
+RESULTS = BENCH / "results"
+DEFAULT_DSN = os.environ.get("RUNQ_BENCH_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+WORKLOADS = ["W1", "W2", "W3", "W4", "floor", "mem"]
+SYSTEMS = {
+    "W1": ["runq", "pgqueuer", "procrastinate"],
+    "W2": ["runq", "pgqueuer", "procrastinate"],
+    "W3": ["runq", "pgqueuer", "procrastinate"],
+    "W4": ["runq"],
+    "floor": ["floor", "floor_fused"],
+    "mem": ["runq"],
+}
+
+TARGETS = [
+    # (key, description, op, threshold)
+    ("w1_drain_vs_pgqueuer", "W1 drain: runq / PgQueuer", ">=", 3.0),
+    ("w1_submit_vs_pgqueuer", "W1 bulk submit: runq / PgQueuer", ">=", 1.0),
+    ("w2_p50_vs_pgqueuer", "W2 p50 latency: runq / PgQueuer (lower is better)", "<=", 1.0),
+    ("w2_p99_vs_pgqueuer", "W2 p99 latency: runq / PgQueuer (lower is better)", "<=", 1.0),
+    ("w3_vs_w1", "W3 drain / W1 drain (runq)", ">=", 0.9),
+    ("w4_sqlite_vs_pgqueuer_w1", "W4 SQLite drain / PgQueuer W1 drain", ">=", 1.0),
+    ("w1_vs_floor", "runq W1 drain / floor", ">=", 0.6),
+    ("mem_growth", "worker RSS after 100,000 / after 1,000", "<=", 1.5),
+]
+
+
+def say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+# -- environment ----------------------------------------------------------------------------
+
+
+def ensure_peers(reinstall: bool) -> dict[str, str]:
+    if reinstall or not PEER_PY.exists():
+        say(f"creating {PEER_VENV.relative_to(ROOT)} and installing {' '.join(PEER_PACKAGES)}")
+        PEERS_DIR.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(PEER_VENV)], check=True)
+        subprocess.run(
+            [str(PEER_PY), "-m", "pip", "install", "-q", "--upgrade", "pip"], check=False
+        )
+        subprocess.run([str(PEER_PY), "-m", "pip", "install", "-q", *PEER_PACKAGES], check=True)
+    out = subprocess.run(
+        [
+            str(PEER_PY),
+            "-c",
+            "import json, importlib.metadata as m; "
+            "print(json.dumps({p: m.version(p) for p in "
+            "['pgqueuer', 'procrastinate', 'asyncpg', 'psycopg', 'uvloop']}))",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(out.stdout)
+
+
+def machine_info(dsn_versions: dict[str, str]) -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gb = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem_gb = round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        commit = "unknown"
+    import importlib.metadata as md
+
+    return {
+        "cores": os.cpu_count(),
+        "cpu": cpu,
+        "memory_gb": mem_gb,
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "runq": md.version("runq"),
+        "runq_commit": commit,
+        "runq_asyncpg": md.version("asyncpg"),
+        **dsn_versions,
+    }
+
+
+async def pg_info(dsn: str) -> dict[str, str]:
+    con = await asyncpg.connect(dsn)
+    try:
+        version = await con.fetchval("SHOW server_version")
+        settings = {
+            name: await con.fetchval("SELECT current_setting($1)", name)
+            for name in ("shared_buffers", "synchronous_commit", "fsync", "max_connections")
+        }
+    finally:
+        await con.close()
+    return {"postgresql": version, "postgresql_settings": json.dumps(settings, sort_keys=True)}
+
+
+def db_url(base: str, name: str) -> str:
+    head, _, _ = base.rpartition("/")
+    return f"{head}/{name}"
+
+
+async def recreate_db(base: str, name: str, *, drop_only: bool = False) -> None:
+    con = await asyncpg.connect(base)
+    try:
+        await con.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        if not drop_only:
+            await con.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await con.close()
+
+
+# -- one measurement -----------------------------------------------------------------------
+
+
+def sizes(quick: bool) -> dict[str, dict[str, Any]]:
+    if quick:
+        return {
+            "W1": {"runs": 4000},
+            "W2": {"runs": 400},
+            "W3": {"runs": 2000, "final": 40000, "foreign": 40000},
+            "W4": {"runs": 4000},
+            "floor": {"runs": 4000},
+            "mem": {"runs": 10000},
+        }
+    return {
+        "W1": {"runs": 20000},
+        "W2": {"runs": 2000},
+        "W3": {"runs": 5000, "final": 200000, "foreign": 200000},
+        "W4": {"runs": 20000},
+        "floor": {"runs": 20000},
+        "mem": {"runs": 100000},
+    }
+
+
+def command(
+    system: str,
+    workload: str,
+    dsn: str,
+    size: dict[str, Any],
+    args: argparse.Namespace,
+    logdir: Path,
+    profile: str | None,
+) -> list[str]:
+    opts = ["--dsn", dsn, "--logdir", str(logdir), "--runs", str(size["runs"])]
+    if system in ("floor", "floor_fused"):
+        mode = "fused" if system == "floor_fused" else "sequential"
+        return [sys.executable, str(BENCH / "floor.py"), *opts, "--mode", mode]
+    opts += ["--workload", workload]
+    for key in ("final", "foreign"):
+        if key in size:
+            opts += [f"--{key}", str(size[key])]
+    if system == "runq":
+        if profile:
+            opts += ["--pyspy", profile]
+        return [sys.executable, str(BENCH / "runq_bench.py"), "run", *opts]
+    opts += ["--cap", str(args.cap)]
+    return [str(PEER_PY), str(BENCH / "peers" / f"{system}_bench.py"), "run", *opts]
+
+
+async def measure(
+    system: str,
+    workload: str,
+    rep: int,
+    size: dict[str, Any],
+    args: argparse.Namespace,
+    logdir: Path,
+    profile: str | None = None,
+) -> dict[str, Any]:
+    name = f"bench_{system}_{workload}_{rep}".lower()
+    dsn = db_url(args.dsn, name)
+    await recreate_db(args.dsn, name)
+    try:
+        cmd = command(system, workload, dsn, size, args, logdir, profile)
+        log_path = logdir / f"{name}.log"
+        proc = await asyncio.create_subprocess_exec(
+            *cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=str(ROOT)
+        )
+        result: dict[str, Any] | None = None
+        assert proc.stdout is not None
+        with log_path.open("w") as logf:
+            async for raw in proc.stdout:
+                line = raw.decode(errors="replace").rstrip("\n")
+                logf.write(line + "\n")
+                if line.startswith("RESULT "):
+                    result = json.loads(line[7:])
+                elif args.verbose or "done" in line or "prefill" in line:
+                    print(f"      {line.strip()}", flush=True)
+        code = await proc.wait()
+        if code != 0 or result is None:
+            tail = "\n".join(log_path.read_text().splitlines()[-25:])
+            raise RuntimeError(f"{name} failed (exit {code}); log {log_path}:\n{tail}")
+        return result
+    finally:
+        if not args.keep_dbs:
+            try:
+                await recreate_db(args.dsn, name, drop_only=True)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+                say(f"      (could not drop {name}: {e})")
+
+
+async def wait_for_postgres(dsn: str, limit: float = 120) -> None:
+    deadline = time.monotonic() + limit
+    while True:
+        try:
+            con = await asyncpg.connect(dsn, timeout=5)
+            await con.close()
+            return
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(1)
+
+
+async def measure_retrying(
+    system: str,
+    workload: str,
+    rep: int,
+    size: dict[str, Any],
+    args: argparse.Namespace,
+    logdir: Path,
+    profile: str | None,
+) -> dict[str, Any] | None:
+    """One measurement, tried twice: a shared machine may restart PostgreSQL under us."""
+    for attempt in (1, 2):
+        try:
+            return await measure(system, workload, rep, size, args, logdir, profile)
+        except Exception as e:
+            say(f"      !! attempt {attempt} failed: {str(e).splitlines()[0]}")
+            await wait_for_postgres(args.dsn)
+    return None
+
+
+# -- summary --------------------------------------------------------------------------------
+
+
+def median_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in rows[0]:
+        values = [r[key] for r in rows if key in r]
+        nums = [
+            v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+        ]
+        if nums and len(nums) == len(values):
+            out[key] = round(statistics.median(nums), 3)
+        elif key == "partial":
+            out[key] = any(values)
+        else:
+            out[key] = values[0]
+    return out
+
+
+def ratio(a: Any, b: Any) -> float | None:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b:
+        return round(a / b, 3)
+    return None
+
+
+def summarize(med: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    def g(w: str, s: str, k: str) -> Any:
+        return med.get(w, {}).get(s, {}).get(k)
+
+    r = {
+        "w1_drain_vs_pgqueuer": ratio(
+            g("W1", "runq", "drain_rate"), g("W1", "pgqueuer", "drain_rate")
+        ),
+        "w1_drain_vs_procrastinate": ratio(
+            g("W1", "runq", "drain_rate"), g("W1", "procrastinate", "drain_rate")
+        ),
+        "w1_submit_vs_pgqueuer": ratio(
+            g("W1", "runq", "submit_rate"), g("W1", "pgqueuer", "submit_rate")
+        ),
+        "w1_submit_vs_procrastinate": ratio(
+            g("W1", "runq", "submit_rate"), g("W1", "procrastinate", "submit_rate")
+        ),
+        "w2_p50_vs_pgqueuer": ratio(g("W2", "runq", "p50_ms"), g("W2", "pgqueuer", "p50_ms")),
+        "w2_p99_vs_pgqueuer": ratio(g("W2", "runq", "p99_ms"), g("W2", "pgqueuer", "p99_ms")),
+        "w2_p50_vs_procrastinate": ratio(
+            g("W2", "runq", "p50_ms"), g("W2", "procrastinate", "p50_ms")
+        ),
+        "w2_p99_vs_procrastinate": ratio(
+            g("W2", "runq", "p99_ms"), g("W2", "procrastinate", "p99_ms")
+        ),
+        "w3_drain_vs_pgqueuer": ratio(
+            g("W3", "runq", "drain_rate"), g("W3", "pgqueuer", "drain_rate")
+        ),
+        "w3_drain_vs_procrastinate": ratio(
+            g("W3", "runq", "drain_rate"), g("W3", "procrastinate", "drain_rate")
+        ),
+        "w3_vs_w1": ratio(g("W3", "runq", "drain_rate"), g("W1", "runq", "drain_rate")),
+        "w3_vs_w1_pgqueuer": ratio(
+            g("W3", "pgqueuer", "drain_rate"), g("W1", "pgqueuer", "drain_rate")
+        ),
+        "w3_vs_w1_procrastinate": ratio(
+            g("W3", "procrastinate", "drain_rate"), g("W1", "procrastinate", "drain_rate")
+        ),
+        "w4_sqlite_vs_pgqueuer_w1": ratio(
+            g("W4", "runq", "drain_rate"), g("W1", "pgqueuer", "drain_rate")
+        ),
+        "w1_vs_floor": ratio(g("W1", "runq", "drain_rate"), g("floor", "floor", "drain_rate")),
+        "pgqueuer_w1_vs_floor": ratio(
+            g("W1", "pgqueuer", "drain_rate"), g("floor", "floor", "drain_rate")
+        ),
+        "floor_fused_vs_floor": ratio(
+            g("floor", "floor_fused", "drain_rate"), g("floor", "floor", "drain_rate")
+        ),
+        "mem_growth": g("mem", "runq", "rss_growth"),
+    }
+    return r
+
+
+def check(value: Any, op: str, threshold: float) -> str:
+    if not isinstance(value, (int, float)):
+        return "n/a"
+    ok = value >= threshold if op == ">=" else value <= threshold
+    return "PASS" if ok else "FAIL"
+
+
+def fmt(v: Any, digits: int = 1) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def render(
+    med: dict[str, dict[str, dict[str, Any]]], ratios: dict[str, Any], meta: dict[str, Any]
+) -> str:
+    lines = [
+        f"runq bench — {meta['started']} — {meta['machine']['cores']} cores, "
+        f"{meta['machine']['cpu']}, "
+        f"PostgreSQL {meta['machine']['postgresql']}, {meta['repetitions']} repetition(s), "
+        f"{'quick' if meta['quick'] else 'full'} sizes; medians",
+        "",
+        "| workload | system | runs | submit runs/s | drain runs/s "
+        "| p50 ms | p95 ms | p99 ms | max ms | worker peak RSS MB |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for w in WORKLOADS:
+        for s in SYSTEMS[w]:
+            m = med.get(w, {}).get(s)
+            if not m:
+                continue
+            label = s + (" (SQLite)" if w == "W4" else "") + (" *" if m.get("partial") else "")
+            lines.append(
+                f"| {w} | {label} | {fmt(m.get('runs'))} | {fmt(m.get('submit_rate'), 0)} | "
+                f"{fmt(m.get('drain_rate'), 0)} | {fmt(m.get('p50_ms'), 2)} | "
+                f"{fmt(m.get('p95_ms'), 2)} | {fmt(m.get('p99_ms'), 2)} | "
+                f"{fmt(m.get('max_ms'), 2)} | {fmt(m.get('worker_peak_rss_mb'))} |"
+            )
+    if any(m.get("partial") for w in med.values() for m in w.values()):
+        lines.append("")
+        lines.append(
+            "\\* drained for the measurement cap only (too slow to drain the whole workload "
+            "in the time the bench allows); the rate is over the runs it finished."
+        )
+    mem = med.get("mem", {}).get("runq")
+    if mem:
+        lines += [
+            "",
+            f"Memory: runq worker RSS {fmt(mem.get('rss_after_1000_mb'))} MB after 1,000 runs, "
+            f"{fmt(mem.get('rss_end_mb'))} MB after {fmt(mem.get('runs'))} "
+            f"(peak {fmt(mem.get('worker_peak_rss_mb'))} MB).",
+        ]
+    flights = [
+        f"{w} {med[w]['runq']['max_in_flight']}"
+        for w in ("W1", "W3", "W4", "mem")
+        if "max_in_flight" in med.get(w, {}).get("runq", {})
+    ]
+    if flights:
+        lines += [
+            "",
+            f"runq runs in flight at once (from started_at/completed_at; limit "
+            f"{meta['concurrency']}): {', '.join(flights)}.",
+        ]
+    lines += ["", "| target | ratio | goal | result |", "| --- | ---: | ---: | --- |"]
+    for key, desc, op, thr in TARGETS:
+        v = ratios.get(key)
+        lines.append(f"| {desc} | {fmt(v, 2)} | {op} {thr} | {check(v, op, thr)} |")
+    extra = [k for k in ratios if k not in {t[0] for t in TARGETS}]
+    lines += ["", "Other ratios: " + ", ".join(f"{k} {fmt(ratios[k], 2)}" for k in extra)]
+    return "\n".join(lines)
+
+
+# -- main -----------------------------------------------------------------------------------
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
+    t_start = time.monotonic()
+    selected = [w.strip() for w in args.only.split(",")] if args.only else list(WORKLOADS)
+    unknown = [w for w in selected if w not in WORKLOADS]
+    if unknown:
+        say(f"unknown workload(s) {unknown}; choose from {WORKLOADS}")
+        return 2
+    reps = args.reps or (1 if args.quick else 3)
+    size = sizes(args.quick)
+    versions = ensure_peers(args.reinstall_peers)
+    machine = machine_info({**versions, **(await pg_info(args.dsn))})
+    logdir = RESULTS / "logs"
+    logdir.mkdir(parents=True, exist_ok=True)
+    load = os.getloadavg()
+    machine["loadavg_at_start"] = [round(x, 2) for x in load]
+    if load[0] > 0.5:
+        say(
+            f"warning: load average {load[0]:.2f} before the run; other work on this machine skews "
+            "absolute numbers (the interleaved ratios less so)"
+        )
+    say(
+        f"machine: {machine['cores']} cores, {machine['cpu']}; PostgreSQL {machine['postgresql']}; "
+        f"runq {machine['runq']} ({machine['runq_commit']}), pgqueuer {versions['pgqueuer']}, "
+        f"procrastinate {versions['procrastinate']}"
+    )
+
+    # Interleaved: every repetition runs each workload for each system in turn.
+    plan: list[tuple[int, str, str]] = []
+    for rep in range(1, reps + 1):
+        for w in selected:
+            if w == "mem" and rep > 1:
+                continue  # one long drain is the measurement
+            for s in SYSTEMS[w]:
+                plan.append((rep, w, s))
+    raw: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    failures: list[str] = []
+    profiled = False
+    for i, (rep, w, s) in enumerate(plan, 1):
+        profile = None
+        if args.profile and not profiled and w == "W1" and s == "runq":
+            profile = str(RESULTS / "profile_w1_runq.txt")
+            profiled = True
+        say(f"[{i}/{len(plan)}] rep {rep} {w} {s} ({time.monotonic() - t_start:.0f}s elapsed)")
+        res = await measure_retrying(s, w, rep, size[w], args, logdir, profile)
+        if res is None:
+            failures.append(f"rep {rep} {w} {s}")
+            continue
+        raw.setdefault(w, {}).setdefault(s, []).append(res)
+        brief = {
+            k: res[k]
+            for k in (
+                "submit_rate",
+                "drain_rate",
+                "p50_ms",
+                "p99_ms",
+                "worker_peak_rss_mb",
+                "rss_growth",
+                "partial",
+            )
+            if k in res
+        }
+        say(f"      -> {brief}")
+    med = {w: {s: median_of(rows) for s, rows in by.items()} for w, by in raw.items()}
+    ratios = summarize(med)
+    meta = {
+        "started": started,
+        "seconds": round(time.monotonic() - t_start, 1),
+        "quick": args.quick,
+        "repetitions": reps,
+        "sizes": {w: size[w] for w in selected},
+        "concurrency": 16,
+        "peer_cap_seconds": args.cap,
+        "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
+        "failed_measurements": failures,
+        "machine": machine,
+    }
+    if profiled:
+        raw_profile = RESULTS / "profile_w1_runq.txt"
+        if raw_profile.exists():
+            top = subprocess.run(  # noqa: ASYNC221 - once, after every measurement
+                [sys.executable, str(BENCH / "profile_top.py"), str(raw_profile)],
+                capture_output=True,
+                text=True,
+            ).stdout
+            (RESULTS / "profile_w1_runq.top.txt").write_text(top)
+    table = render(med, ratios, meta)
+    say("")
+    say(table)
+    targets = {
+        key: {
+            "description": desc,
+            "value": ratios.get(key),
+            "goal": f"{op} {thr}",
+            "result": check(ratios.get(key), op, thr),
+        }
+        for key, desc, op, thr in TARGETS
+    }
+    out = {"meta": meta, "medians": med, "ratios": ratios, "targets": targets, "runs": raw}
+    RESULTS.mkdir(exist_ok=True)
+    name = "quick" if args.quick else "latest"
+    if args.only and not args.quick:
+        name = "partial"
+    (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=2) + "\n")
+    (RESULTS / f"{name}.md").write_text(table + "\n")
+    say(f"\nwrote {(RESULTS / f'{name}.json').relative_to(ROOT)} in {meta['seconds']:.0f}s")
+    if args.json:
+        print(json.dumps({"medians": med, "ratios": ratios, "targets": targets}, indent=2))
+    return 0
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--quick", action="store_true", help="smaller workloads, 1 repetition")
+    p.add_argument("--only", default="", help="comma-separated workloads: " + ",".join(WORKLOADS))
+    p.add_argument("--reps", type=int, default=0, help="repetitions (default 3, quick 1)")
+    p.add_argument(
+        "--dsn", default=DEFAULT_DSN, help="an existing database to connect to for CREATE DATABASE"
+    )
+    p.add_argument(
+        "--cap", type=float, default=60.0, help="seconds a peer drain is measured at most"
+    )
+    p.add_argument(
+        "--profile", action="store_true", help="py-spy the runq worker during its first W1 drain"
+    )
+    p.add_argument("--reinstall-peers", action="store_true")
+    p.add_argument("--keep-dbs", action="store_true", help="do not drop the bench databases")
+    p.add_argument("--json", action="store_true", help="also print the summary JSON")
+    p.add_argument("-v", "--verbose", action="store_true")
+    args = p.parse_args()
+    sys.exit(asyncio.run(main_async(args)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,417 @@
+"""runq side of the bench. Runs with the project's .venv.
+
+    python bench/runq_bench.py run --workload W1|W2|W3|W4|mem --dsn DSN [--runs N] ...
+
+Producer: the Python API (``Queue.open`` + ``store.submit_many`` for bulk, ``Queue.defer``
+for W2). Worker: ONE ``runq serve`` subprocess, ``max_concurrency = 16``, HTTP off, the
+bench components from bench/bench_components.py. Drain is measured by polling the count
+of unfinished runs, and reported over the database's completion window (first to last
+``completed_at``), like the peers. Peak resident memory comes from /proc (VmHWM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common
+
+import runq
+from runq.config import load_config
+from runq.model import Actor
+from runq.queue import Queue
+from runq.seal import generate_key
+from runq.store import _common as store_common
+
+ROOT = common.BENCH_DIR.parent
+RUNQ_BIN = str(Path(sys.executable).parent / "runq")
+SCHEMA = "runq"
+OTHER_DEPLOYMENT = "other-service"
+
+
+def write_config(path: Path, *, url: str, transport: str, concurrency: int) -> None:
+    seal = '[seal]\nkeys = ["env:RUNQ_SEAL_KEY"]\n' if url.startswith("postgres") else ""
+    path.write_text(
+        f"""[store]
+url = "{url}"
+schema = "{SCHEMA}"
+
+[queue]
+max_concurrency = {concurrency}
+max_queue_depth = 0
+
+[http]
+listen = ""
+
+{seal}
+[routing]
+"*" = "{transport}"
+
+[components]
+"task/noop" = "bench_components:noop"
+"task/record" = "bench_components:record_start"
+"""
+    )
+
+
+class Target:
+    """Where the runs live: counts and the completion window, on PostgreSQL or SQLite."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.sqlite = url.startswith("sqlite")
+        self.table = f"{SCHEMA}_runs" if self.sqlite else f"{SCHEMA}.runs"
+        self._pg: asyncpg.Connection | None = None
+        self._lite: sqlite3.Connection | None = None
+
+    async def open(self) -> None:
+        if self.sqlite:
+            self._lite = sqlite3.connect(self.url.removeprefix("sqlite:///"), timeout=30)
+        else:
+            self._pg = await asyncpg.connect(self.url)
+
+    async def close(self) -> None:
+        if self._pg is not None:
+            await self._pg.close()
+        if self._lite is not None:
+            self._lite.close()
+
+    async def val(self, sql: str, *args: Any) -> Any:
+        if self._lite is not None:
+            return self._lite.execute(sql.replace("$1", "?").replace("$2", "?"), args).fetchone()[0]
+        assert self._pg is not None
+        return await self._pg.fetchval(sql, *args)
+
+    async def row(self, sql: str, *args: Any) -> tuple[Any, ...]:
+        if self._lite is not None:
+            return tuple(
+                self._lite.execute(sql.replace("$1", "?").replace("$2", "?"), args).fetchone()
+            )
+        assert self._pg is not None
+        return tuple(await self._pg.fetchrow(sql, *args))
+
+    async def remaining(self, component: str) -> int:
+        return int(
+            await self.val(
+                f"SELECT count(*) FROM {self.table} WHERE status IN ('queued', 'running') "
+                "AND deployment_id = '' AND component_id = $1",
+                component,
+            )
+        )
+
+    async def xacts(self) -> int | None:
+        if self._pg is None:
+            return None
+        await self._pg.execute("SELECT pg_stat_clear_snapshot()")
+        return int(await self._pg.fetchval(common.XACT_SQL))
+
+    async def max_in_flight(self, since: float) -> int:
+        """The most measured runs that were claimed and not yet completed at one instant
+        (from started_at/completed_at): what the worker really ran at once, to hold
+        against its max_concurrency."""
+        return int(
+            await self.val(
+                f"""SELECT coalesce(max(c), 0) FROM (
+                    SELECT sum(d) OVER (ORDER BY t, d ROWS UNBOUNDED PRECEDING) AS c FROM (
+                        SELECT started_at AS t, 1 AS d FROM {self.table}
+                        WHERE deployment_id = '' AND completed_at > $1
+                        UNION ALL
+                        SELECT completed_at, -1 FROM {self.table}
+                        WHERE deployment_id = '' AND completed_at > $2) AS e) AS x""",
+                since,
+                since,
+            )
+        )
+
+    async def window(self, since: float) -> tuple[int, float | None, float | None]:
+        n, a, b = await self.row(
+            f"SELECT count(*), min(completed_at), max(completed_at) FROM {self.table} "
+            "WHERE status = 'completed' AND deployment_id = '' AND completed_at > $1",
+            since,
+        )
+        return int(n), a, b
+
+
+def serve(cfg: Path, log_path: Path, env: dict[str, str]) -> subprocess.Popen[Any]:
+    return common.start_process(
+        [RUNQ_BIN, "serve", "--config", str(cfg), "--log-format", "json"],
+        env=env,
+        log_path=log_path,
+    )
+
+
+class PySpy:
+    """Optional profile of the worker: ``py-spy record`` attached to its pid."""
+
+    def __init__(self, out: str | None, pid: int) -> None:
+        self.proc: subprocess.Popen[Any] | None = None
+        if out:
+            spy = str(Path(sys.executable).parent / "py-spy")
+            fmt = (
+                "raw"
+                if out.endswith(".txt")
+                else "speedscope"
+                if out.endswith(".json")
+                else "flamegraph"
+            )
+            self.proc = subprocess.Popen(
+                [
+                    spy,
+                    "record",
+                    "--pid",
+                    str(pid),
+                    "--rate",
+                    "250",
+                    "--format",
+                    fmt,
+                    "--output",
+                    out,
+                    "--nonblocking",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+async def bulk_submit(q: Queue, component: str, n: int, batch: int) -> float:
+    t0 = time.perf_counter()
+    for start in range(0, n, batch):
+        k = min(batch, n - start)
+        news = [q.new_run("task", component, {"i": start + j}) for j in range(k)]
+        await q.store.submit_many(news)
+    return n / (time.perf_counter() - t0)
+
+
+async def prefill(target: Target, final: int, foreign: int) -> None:
+    """200,000 final runs (completed an hour ago, inside retention) and 200,000 queued runs
+    of another deployment, which this worker (deployment none) never claims."""
+    assert target._pg is not None
+    actor = store_common.encode_actor(Actor())
+    cols = (
+        "id, component_type, component_id, status, attempt, max_attempts, priority, actor, "
+        "deployment_id, origin, created_at, updated_at, available_at, started_at, "
+        "completed_at, termination_reason, has_request"
+    )
+    now = "extract(epoch from now())::float8"
+    await target._pg.execute(
+        f"""INSERT INTO {target.table} ({cols})
+            SELECT '00000000-0000-7000-8000-' || lpad(g::text, 12, '0'), 'task', 'noop',
+                   'completed', 1, 1, 0, $2, '', 'python', {now} - 3700, {now} - 3600,
+                   {now} - 3700, {now} - 3600, {now} - 3600, 'completed', true
+            FROM generate_series(1, $1) g""",
+        final,
+        actor,
+    )
+    await target._pg.execute(
+        f"""INSERT INTO {target.table} ({cols})
+            SELECT '00000000-0000-7000-9000-' || lpad(g::text, 12, '0'), 'task', 'noop',
+                   'queued', 0, 1, 0, $2, $3, 'python', {now} - 60, {now} - 60,
+                   {now} - 60, NULL, NULL, NULL, true
+            FROM generate_series(1, $1) g""",
+        foreign,
+        actor,
+        OTHER_DEPLOYMENT,
+    )
+    await target._pg.execute(f"VACUUM ANALYZE {target.table}")
+
+
+async def drain_workload(
+    args: argparse.Namespace, cfg: Path, env: dict[str, str]
+) -> dict[str, Any]:
+    n = args.runs
+    config = load_config(cfg, environ=env)
+    target = Target(config.store.url)
+    async with Queue.open(config=config) as q:
+        await target.open()
+        try:
+            if args.workload == "W3":
+                common.log(f"prefill {args.final} final + {args.foreign} foreign")
+                await prefill(target, args.final, args.foreign)
+            common.log(f"bulk submit {n}")
+            submit_rate = await bulk_submit(q, "noop", n, args.batch)
+            since = await q.store.now()
+            x0 = await target.xacts()
+            log_path = Path(args.logdir) / f"runq_{args.workload}_worker.log"
+            proc = serve(cfg, log_path, env)
+            sampler = common.RssSampler(proc.pid).start()
+            spy = PySpy(args.pyspy, proc.pid)
+            early_kb: list[int] = []
+
+            async def remaining() -> int:
+                left = await target.remaining("noop")
+                if not early_kb and n - left >= common.MEM_EARLY:
+                    early_kb.append(sampler.sample())
+                return left
+
+            try:
+                polled = await common.drain_watch(
+                    remaining, n, timeout=args.timeout, worker=proc, label="runq drain"
+                )
+                end_kb = sampler.sample()
+            except Exception:
+                common.log(common.tail(log_path))
+                raise
+            finally:
+                spy.stop()
+                sampler.stop()
+                code = common.stop_process(proc)
+            done, first, last = await target.window(since)
+            in_flight = await target.max_in_flight(since)
+            await asyncio.sleep(0.6)
+            x1 = await target.xacts()
+        finally:
+            await target.close()
+    rate = common.window_rate(done, first, last) or polled["polled_rate"]
+    res: dict[str, Any] = {
+        "submit_rate": round(submit_rate, 1),
+        "drain_rate": rate,
+        **polled,
+        "worker_peak_rss_mb": sampler.peak_mb,
+        "worker_cpu_s": round(sampler.cpu_s or 0.0, 2),
+        "worker_exit": code,
+        "max_in_flight": in_flight,
+    }
+    if x0 is not None and x1 is not None:
+        res["xacts_per_1k_runs"] = round((x1 - x0) * 1000 / max(done, 1), 1)
+    if args.workload == "mem":
+        res["rss_after_1000_mb"] = round(early_kb[0] / 1024, 1) if early_kb else None
+        res["rss_end_mb"] = round(end_kb / 1024, 1)
+        if early_kb:
+            res["rss_growth"] = round(end_kb / early_kb[0], 3)
+    return res
+
+
+async def latency_workload(
+    args: argparse.Namespace, cfg: Path, env: dict[str, str]
+) -> dict[str, Any]:
+    config = load_config(cfg, environ=env)
+    target = Target(config.store.url)
+    log_path = Path(args.logdir) / "runq_W2_worker.log"
+    async with Queue.open(config=config) as q:
+        await target.open()
+        proc = serve(cfg, log_path, env)
+        sampler = common.RssSampler(proc.pid).start()
+        try:
+            for i in range(common.WARMUP_RUNS):
+                await q.defer("task", "noop", {"w": i})
+            await common.drain_watch(
+                lambda: target.remaining("noop"),
+                common.WARMUP_RUNS,
+                timeout=60,
+                worker=proc,
+                label="warm-up",
+            )
+            ids: list[str] = []
+
+            async def submit_one(i: int, t: float) -> None:
+                result = await q.defer("task", "record", {"t": t, "i": i})
+                ids.append(result.run.id)
+
+            common.log(f"producer: {args.runs} runs at {args.rate}/s")
+            achieved = await common.paced(args.runs, args.rate, submit_one)
+            await common.drain_watch(
+                lambda: target.remaining("record"),
+                args.runs,
+                timeout=args.timeout,
+                worker=proc,
+                label="latency",
+            )
+        except Exception:
+            common.log(common.tail(log_path))
+            raise
+        finally:
+            sampler.stop()
+            common.stop_process(proc)
+            await target.close()
+        latencies = []
+        for run_id in ids:
+            run = await q.store.get(run_id)
+            assert run is not None, run_id
+            assert isinstance(run.answer, dict), run
+            latencies.append(run.answer["started"] - run.answer["t"])
+    return {
+        **common.latency_summary(latencies),
+        "submit_rate": round(achieved, 1),
+        "worker_peak_rss_mb": sampler.peak_mb,
+        "worker_cpu_s": round(sampler.cpu_s or 0.0, 2),
+    }
+
+
+async def run_main(args: argparse.Namespace) -> None:
+    workdir = Path(args.logdir) / f"runq_{args.workload}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    if args.workload == "W4":
+        db = workdir / "bench.db"
+        for p in workdir.glob("bench.db*"):
+            p.unlink()
+        url, transport = f"sqlite:///{db}", "local"
+    else:
+        url, transport = args.dsn, "postgres"
+    cfg = workdir / "runq.toml"
+    write_config(cfg, url=url, transport=transport, concurrency=args.concurrency)
+    env = common.env_with(
+        RUNQ_SEAL_KEY=generate_key(),
+        PYTHONPATH=os.pathsep.join(
+            filter(None, [str(common.BENCH_DIR), os.environ.get("PYTHONPATH")])
+        ),
+    )
+    env.pop("RUNQ_CONFIG", None)
+    os.environ.update({"RUNQ_SEAL_KEY": env["RUNQ_SEAL_KEY"]})
+    if args.workload == "W2":
+        res = await latency_workload(args, cfg, env)
+    else:
+        res = await drain_workload(args, cfg, env)
+    res.update(
+        system="runq",
+        workload=args.workload,
+        runs=args.runs,
+        engine="sqlite" if args.workload == "W4" else "postgres",
+        version=getattr(runq, "__version__", "0.1.0"),
+    )
+    common.emit(res)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("role", choices=["run"])
+    p.add_argument("--dsn", default="")
+    p.add_argument("--workload", default="W1", choices=["W1", "W2", "W3", "W4", "mem"])
+    p.add_argument("--runs", type=int, default=common.W1_RUNS)
+    p.add_argument("--final", type=int, default=common.W3_FINAL)
+    p.add_argument("--foreign", type=int, default=common.W3_FOREIGN)
+    p.add_argument("--rate", type=float, default=common.W2_RATE)
+    p.add_argument("--batch", type=int, default=common.SUBMIT_BATCH)
+    p.add_argument("--concurrency", type=int, default=common.CONCURRENCY)
+    p.add_argument("--timeout", type=float, default=900)
+    p.add_argument("--cap", type=float, default=None, help="unused for runq (always drains fully)")
+    p.add_argument("--logdir", default="/tmp")
+    p.add_argument(
+        "--pyspy",
+        default=None,
+        help="profile the worker into this file (.txt raw, .json speedscope, .svg)",
+    )
+    args = p.parse_args()
+    asyncio.run(run_main(args))
+
+
+if __name__ == "__main__":
+    main()
