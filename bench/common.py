@@ -7,6 +7,7 @@ stdout; bench/run.py collects those lines.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import math
@@ -42,6 +43,28 @@ WARMUP_RUNS = 20
 XACT_SQL = (
     "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
 )
+
+
+def peer_parser() -> argparse.ArgumentParser:
+    """The command line every peer script takes: a driver (``run``) or its ``worker``."""
+    p = argparse.ArgumentParser()
+    p.add_argument("role", choices=["run", "worker"])
+    p.add_argument("--dsn", required=True)
+    p.add_argument("--workload", default="W1")
+    p.add_argument("--runs", type=int, default=W1_RUNS)
+    p.add_argument("--final", type=int, default=W3_FINAL)
+    p.add_argument("--foreign", type=int, default=W3_FOREIGN)
+    p.add_argument("--rate", type=float, default=W2_RATE)
+    p.add_argument("--batch", type=int, default=SUBMIT_BATCH)
+    p.add_argument("--concurrency", type=int, default=CONCURRENCY)
+    p.add_argument("--timeout", type=float, default=600)
+    p.add_argument(
+        "--cap", type=float, default=None, help="end a drain measurement after this many seconds"
+    )
+    p.add_argument("--logdir", default="/tmp")
+    p.add_argument("--latency-file", default="")
+    p.add_argument("--expect", type=int, default=0)
+    return p
 
 
 def log(msg: str) -> None:

@@ -241,24 +241,7 @@ async def run_main(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("role", choices=["run", "worker"])
-    p.add_argument("--dsn", required=True)
-    p.add_argument("--workload", default="W1")
-    p.add_argument("--runs", type=int, default=common.W1_RUNS)
-    p.add_argument("--final", type=int, default=common.W3_FINAL)
-    p.add_argument("--foreign", type=int, default=common.W3_FOREIGN)
-    p.add_argument("--rate", type=float, default=common.W2_RATE)
-    p.add_argument("--batch", type=int, default=common.SUBMIT_BATCH)
-    p.add_argument("--concurrency", type=int, default=common.CONCURRENCY)
-    p.add_argument("--timeout", type=float, default=600)
-    p.add_argument(
-        "--cap", type=float, default=None, help="end a drain measurement after this many seconds"
-    )
-    p.add_argument("--logdir", default="/tmp")
-    p.add_argument("--latency-file", default="")
-    p.add_argument("--expect", type=int, default=0)
-    args = p.parse_args()
+    args = common.peer_parser().parse_args()
     if args.role == "worker":
         asyncio.run(worker_main(args))
     else:
