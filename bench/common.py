@@ -67,6 +67,28 @@ def peer_parser() -> argparse.ArgumentParser:
     return p
 
 
+def write_json_atomically(path: str | Path, value: Any) -> None:
+    """Write a JSON file so a reader never sees it half-written (temp file, then rename)."""
+    target = Path(path)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(json.dumps(value))
+    tmp.replace(target)
+
+
+async def wait_for_json(
+    path: Path, *, worker: subprocess.Popen[Any], log_path: Path, seconds: float, label: str
+) -> Any:
+    """The JSON a worker writes with ``write_json_atomically``, once it exists; fails with
+    the worker's log when it dies or ``seconds`` pass."""
+    deadline = time.monotonic() + seconds
+    while not path.exists():  # noqa: ASYNC240 - a stat a tenth of a second
+        if time.monotonic() > deadline or worker.poll() is not None:
+            log(tail(log_path))
+            raise TimeoutError(f"{label}: results never arrived")
+        await asyncio.sleep(0.1)
+    return json.loads(path.read_text())  # noqa: ASYNC240
+
+
 def log(msg: str) -> None:
     print(f"    {msg}", file=sys.stderr, flush=True)
 

@@ -60,7 +60,7 @@ async def worker_main(args: argparse.Namespace) -> None:
                 latencies.append(started - body["t"])
                 if len(latencies) >= args.expect and not written:
                     written = True
-                    Path(args.latency_file).write_text(json.dumps(latencies))  # noqa: ASYNC240
+                    common.write_json_atomically(args.latency_file, latencies)
 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -220,14 +220,9 @@ async def latency_workload(args: argparse.Namespace, conn: asyncpg.Connection, q
 
         common.log(f"producer: {args.runs} runs at {args.rate}/s")
         achieved = await common.paced(args.runs, args.rate, submit_one)
-        deadline = time.monotonic() + args.timeout
-        while not lat_file.exists():
-            if time.monotonic() > deadline or proc.poll() is not None:
-                common.log(common.tail(log_path))
-                raise TimeoutError("pgqueuer: latency results never arrived")
-            await asyncio.sleep(0.1)
-        await asyncio.sleep(0.2)
-        latencies = json.loads(lat_file.read_text())
+        latencies = await common.wait_for_json(
+            lat_file, worker=proc, log_path=log_path, seconds=args.timeout, label="pgqueuer"
+        )
     finally:
         sampler.stop()
         common.stop_process(proc)

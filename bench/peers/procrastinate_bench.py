@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
 from pathlib import Path
@@ -38,7 +37,7 @@ async def noop(i: int = 0, t: float | None = None, w: int | None = None) -> None
         values.append(time.time() - t)
         if len(values) >= _latency["expect"] and not _latency["written"]:
             _latency["written"] = True
-            Path(_latency["file"]).write_text(json.dumps(values))  # noqa: ASYNC240
+            common.write_json_atomically(_latency["file"], values)
 
 
 def connector(dsn: str) -> procrastinate.PsycopgConnector:
@@ -201,14 +200,9 @@ async def latency_workload(
 
         common.log(f"producer: {args.runs} runs at {args.rate}/s")
         achieved = await common.paced(args.runs, args.rate, submit_one)
-        deadline = time.monotonic() + args.timeout
-        while not lat_file.exists():
-            if time.monotonic() > deadline or proc.poll() is not None:
-                common.log(common.tail(log_path))
-                raise TimeoutError("procrastinate: latency results never arrived")
-            await asyncio.sleep(0.1)
-        await asyncio.sleep(0.2)
-        latencies = json.loads(lat_file.read_text())
+        latencies = await common.wait_for_json(
+            lat_file, worker=proc, log_path=log_path, seconds=args.timeout, label="procrastinate"
+        )
     finally:
         sampler.stop()
         common.stop_process(proc)
