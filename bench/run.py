@@ -312,56 +312,49 @@ def ratio(a: Any, b: Any) -> float | None:
     return None
 
 
+#: Every reported ratio: name → (numerator, denominator), each (workload, system, metric).
+RATIOS: dict[str, tuple[tuple[str, str, str], tuple[str, str, str]]] = {
+    "w1_drain_vs_pgqueuer": (("W1", "runq", "drain_rate"), ("W1", "pgqueuer", "drain_rate")),
+    "w1_drain_vs_procrastinate": (
+        ("W1", "runq", "drain_rate"),
+        ("W1", "procrastinate", "drain_rate"),
+    ),
+    "w1_submit_vs_pgqueuer": (("W1", "runq", "submit_rate"), ("W1", "pgqueuer", "submit_rate")),
+    "w1_submit_vs_procrastinate": (
+        ("W1", "runq", "submit_rate"),
+        ("W1", "procrastinate", "submit_rate"),
+    ),
+    "w2_p50_vs_pgqueuer": (("W2", "runq", "p50_ms"), ("W2", "pgqueuer", "p50_ms")),
+    "w2_p99_vs_pgqueuer": (("W2", "runq", "p99_ms"), ("W2", "pgqueuer", "p99_ms")),
+    "w2_p50_vs_procrastinate": (("W2", "runq", "p50_ms"), ("W2", "procrastinate", "p50_ms")),
+    "w2_p99_vs_procrastinate": (("W2", "runq", "p99_ms"), ("W2", "procrastinate", "p99_ms")),
+    "w3_drain_vs_pgqueuer": (("W3", "runq", "drain_rate"), ("W3", "pgqueuer", "drain_rate")),
+    "w3_drain_vs_procrastinate": (
+        ("W3", "runq", "drain_rate"),
+        ("W3", "procrastinate", "drain_rate"),
+    ),
+    "w3_vs_w1": (("W3", "runq", "drain_rate"), ("W1", "runq", "drain_rate")),
+    "w3_vs_w1_pgqueuer": (("W3", "pgqueuer", "drain_rate"), ("W1", "pgqueuer", "drain_rate")),
+    "w3_vs_w1_procrastinate": (
+        ("W3", "procrastinate", "drain_rate"),
+        ("W1", "procrastinate", "drain_rate"),
+    ),
+    "w4_sqlite_vs_pgqueuer_w1": (("W4", "runq", "drain_rate"), ("W1", "pgqueuer", "drain_rate")),
+    "w1_vs_floor": (("W1", "runq", "drain_rate"), ("floor", "floor", "drain_rate")),
+    "pgqueuer_w1_vs_floor": (("W1", "pgqueuer", "drain_rate"), ("floor", "floor", "drain_rate")),
+    "floor_fused_vs_floor": (
+        ("floor", "floor_fused", "drain_rate"),
+        ("floor", "floor", "drain_rate"),
+    ),
+}
+
+
 def summarize(med: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
     def g(w: str, s: str, k: str) -> Any:
         return med.get(w, {}).get(s, {}).get(k)
 
-    r = {
-        "w1_drain_vs_pgqueuer": ratio(
-            g("W1", "runq", "drain_rate"), g("W1", "pgqueuer", "drain_rate")
-        ),
-        "w1_drain_vs_procrastinate": ratio(
-            g("W1", "runq", "drain_rate"), g("W1", "procrastinate", "drain_rate")
-        ),
-        "w1_submit_vs_pgqueuer": ratio(
-            g("W1", "runq", "submit_rate"), g("W1", "pgqueuer", "submit_rate")
-        ),
-        "w1_submit_vs_procrastinate": ratio(
-            g("W1", "runq", "submit_rate"), g("W1", "procrastinate", "submit_rate")
-        ),
-        "w2_p50_vs_pgqueuer": ratio(g("W2", "runq", "p50_ms"), g("W2", "pgqueuer", "p50_ms")),
-        "w2_p99_vs_pgqueuer": ratio(g("W2", "runq", "p99_ms"), g("W2", "pgqueuer", "p99_ms")),
-        "w2_p50_vs_procrastinate": ratio(
-            g("W2", "runq", "p50_ms"), g("W2", "procrastinate", "p50_ms")
-        ),
-        "w2_p99_vs_procrastinate": ratio(
-            g("W2", "runq", "p99_ms"), g("W2", "procrastinate", "p99_ms")
-        ),
-        "w3_drain_vs_pgqueuer": ratio(
-            g("W3", "runq", "drain_rate"), g("W3", "pgqueuer", "drain_rate")
-        ),
-        "w3_drain_vs_procrastinate": ratio(
-            g("W3", "runq", "drain_rate"), g("W3", "procrastinate", "drain_rate")
-        ),
-        "w3_vs_w1": ratio(g("W3", "runq", "drain_rate"), g("W1", "runq", "drain_rate")),
-        "w3_vs_w1_pgqueuer": ratio(
-            g("W3", "pgqueuer", "drain_rate"), g("W1", "pgqueuer", "drain_rate")
-        ),
-        "w3_vs_w1_procrastinate": ratio(
-            g("W3", "procrastinate", "drain_rate"), g("W1", "procrastinate", "drain_rate")
-        ),
-        "w4_sqlite_vs_pgqueuer_w1": ratio(
-            g("W4", "runq", "drain_rate"), g("W1", "pgqueuer", "drain_rate")
-        ),
-        "w1_vs_floor": ratio(g("W1", "runq", "drain_rate"), g("floor", "floor", "drain_rate")),
-        "pgqueuer_w1_vs_floor": ratio(
-            g("W1", "pgqueuer", "drain_rate"), g("floor", "floor", "drain_rate")
-        ),
-        "floor_fused_vs_floor": ratio(
-            g("floor", "floor_fused", "drain_rate"), g("floor", "floor", "drain_rate")
-        ),
-        "mem_growth": g("mem", "runq", "rss_growth"),
-    }
+    r: dict[str, Any] = {name: ratio(g(*num), g(*den)) for name, (num, den) in RATIOS.items()}
+    r["mem_growth"] = g("mem", "runq", "rss_growth")
     return r
 
 
