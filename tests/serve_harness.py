@@ -71,12 +71,16 @@ __all__ = [
     "RunqServer",
     "RunqSetup",
     "ServeFactory",
+    "database_for",
     "pg_ready",
     "pg_serve_factory",
     "pg_setup",
     "runq_engine",
     "runq_setup",
     "serve_factory",
+    "servers_on",
+    "sqlite_serve_factory",
+    "sqlite_setup",
     "write_toml",
 ]
 
@@ -482,43 +486,64 @@ def pg_ready() -> None:
     require_postgres()
 
 
-@pytest.fixture
-async def runq_setup(runq_engine: str, tmp_path: Path) -> AsyncIterator[RunqSetup]:
-    """One database per test, on each engine."""
-    setup = RunqSetup(runq_engine, tmp_path)
+@asynccontextmanager
+async def database_for(engine: str, workdir: Path) -> AsyncIterator[RunqSetup]:
+    """One test's database on ``engine``, dropped afterwards (a Postgres schema)."""
+    setup = RunqSetup(engine, workdir)
     try:
         yield setup
     finally:
         await setup.cleanup()
+
+
+@asynccontextmanager
+async def servers_on(setup: RunqSetup) -> AsyncIterator[ServeFactory]:
+    """Start servers on ``setup``; all are stopped afterwards and their logs printed
+    (captured output: pytest shows it only when the test failed)."""
+    factory = ServeFactory(setup)
+    try:
+        yield factory
+    finally:
+        await factory.stop_all()
+        print(factory.report())
+
+
+@pytest.fixture
+async def runq_setup(runq_engine: str, tmp_path: Path) -> AsyncIterator[RunqSetup]:
+    """One database per test, on each engine."""
+    async with database_for(runq_engine, tmp_path) as setup:
+        yield setup
 
 
 @pytest.fixture
 async def pg_setup(pg_ready: None, tmp_path: Path) -> AsyncIterator[RunqSetup]:
     """A Postgres-only setup (replicas sharing one database, LISTEN/NOTIFY)."""
-    setup = RunqSetup("postgres", tmp_path)
-    try:
+    async with database_for("postgres", tmp_path) as setup:
         yield setup
-    finally:
-        await setup.cleanup()
+
+
+@pytest.fixture
+async def sqlite_setup(tmp_path: Path) -> AsyncIterator[RunqSetup]:
+    """A SQLite-only setup (the embedded engine's own faults, CLI behaviour)."""
+    async with database_for("sqlite", tmp_path) as setup:
+        yield setup
 
 
 @pytest.fixture
 async def serve_factory(runq_setup: RunqSetup) -> AsyncIterator[ServeFactory]:
-    factory = ServeFactory(runq_setup)
-    try:
+    async with servers_on(runq_setup) as factory:
         yield factory
-    finally:
-        await factory.stop_all()
-        # Captured output: pytest shows it only when the test failed.
-        print(factory.report())
 
 
 @pytest.fixture
 async def pg_serve_factory(pg_setup: RunqSetup) -> AsyncIterator[ServeFactory]:
     """``serve_factory`` on a Postgres-only setup."""
-    factory = ServeFactory(pg_setup)
-    try:
+    async with servers_on(pg_setup) as factory:
         yield factory
-    finally:
-        await factory.stop_all()
-        print(factory.report())
+
+
+@pytest.fixture
+async def sqlite_serve_factory(sqlite_setup: RunqSetup) -> AsyncIterator[ServeFactory]:
+    """``serve_factory`` on a SQLite-only setup."""
+    async with servers_on(sqlite_setup) as factory:
+        yield factory

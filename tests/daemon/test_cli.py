@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
-from serve_harness import RunqSetup, pg_ready, runq_engine, runq_setup, write_toml
+from serve_harness import RunqSetup, pg_ready, runq_engine, runq_setup, sqlite_setup, write_toml
 
 from runq.seal import generate_key
 
 pytestmark = [pytest.mark.anyio, pytest.mark.daemon]
 
-__all__ = ["pg_ready", "runq_engine", "runq_setup"]  # fixtures used by name
+__all__ = ["pg_ready", "runq_engine", "runq_setup", "sqlite_setup"]  # fixtures used by name
 
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/nothing"
-
-
-@pytest.fixture
-def sqlite_setup(tmp_path: Any) -> RunqSetup:
-    return RunqSetup("sqlite", tmp_path)
 
 
 async def test_status_exit_codes(sqlite_setup: RunqSetup) -> None:

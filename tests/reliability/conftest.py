@@ -9,12 +9,10 @@ The default variants of the same tests stay short, so the default suite stays fa
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from serve_harness import *  # noqa: F403 - runq_setup, serve_factory, pg_setup, ...
-from serve_harness import RunqSetup, ServeFactory
 
 HERE = Path(__file__).resolve().parent
 
@@ -32,23 +30,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("long") is not None and HERE in item.path.parents:
             item.add_marker(skip)
-
-
-@pytest.fixture
-async def sqlite_setup(tmp_path: Path) -> AsyncIterator[RunqSetup]:
-    """A SQLite-only setup (the embedded engine's own faults)."""
-    setup = RunqSetup("sqlite", tmp_path)
-    try:
-        yield setup
-    finally:
-        await setup.cleanup()
-
-
-@pytest.fixture
-async def sqlite_serve_factory(sqlite_setup: RunqSetup) -> AsyncIterator[ServeFactory]:
-    factory = ServeFactory(sqlite_setup)
-    try:
-        yield factory
-    finally:
-        await factory.stop_all()
-        print(factory.report())
