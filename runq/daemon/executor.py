@@ -407,7 +407,10 @@ class Executor:
         if self.budget is None or not self.budget.enabled or run.attempt != 1:
             return
         try:
-            keys = self.budget.usage_keys(run.user_id, run.configuration, await self.store.now())
+            # The claim stamped the database clock on the row: the run counts in the period
+            # it was claimed in, without another round trip to read the clock.
+            claimed_at = run.started_at if run.started_at is not None else await self.store.now()
+            keys = self.budget.usage_keys(run.user_id, run.configuration, claimed_at)
             await self.store.count_claimed_run(keys)
             self.budget.invalidate()
         except Exception as e:
