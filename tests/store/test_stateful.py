@@ -19,9 +19,10 @@ lives as long as the test, so asyncpg/aiosqlite connections stay on one loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import hypothesis.strategies as st
 import pytest
@@ -67,6 +68,19 @@ MACHINE_SETTINGS = settings(
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
+
+
+@dataclass(frozen=True)
+class LeasedWrite(Generic[T]):
+    """One write made with a lease, and the row before and after it."""
+
+    worker: str
+    rid: str
+    attempt: int
+    before: Run | None
+    result: T
+    after: Run | None
+    held: bool
 
 
 class QueueMachine(RuleBasedStateMachine):
@@ -253,129 +267,138 @@ class QueueMachine(RuleBasedStateMachine):
         }
         assert set(result.cancel_requested) == expected_cancel
 
+    def write_with_lease(
+        self, data: st.DataObject, call: Callable[[str, str, int], Coroutine[Any, Any, T]]
+    ) -> LeasedWrite[T] | None:
+        """Pick a lease some worker believes it holds, make the write, and read the row
+        before and after; ``held`` says whether the lease was really still held."""
+        picked = self.pick_lease(data)
+        if picked is None:
+            return None
+        worker, rid, attempt = picked
+        before = self.get(rid)
+        result = self.run(call(worker, rid, attempt))
+        after = self.get(rid)
+        held = self.holds(before, worker, attempt)
+        return LeasedWrite(worker, rid, attempt, before, result, after, held)
+
     @precondition(any_held)
     @rule(data=st.data())
     def complete(self, data: st.DataObject) -> None:
-        picked = self.pick_lease(data)
-        if picked is None:
-            return
-        worker, rid, attempt = picked
-        before = self.get(rid)
-        result = self.run(
-            self.store.complete_many(
+        w = self.write_with_lease(
+            data,
+            lambda worker, rid, attempt: self.store.complete_many(
                 worker, [Completion(run_id=rid, attempt=attempt, answer={"by": worker})]
-            )
+            ),
         )
-        after = self.get(rid)
-        del self.held[worker][rid]
-        if self.holds(before, worker, attempt):
-            assert result.applied == (rid,)
-            assert after is not None
-            assert after.status is Status.COMPLETED
-            assert after.answer == {"by": worker}
-            self.became_final(rid)
+        if w is None:
+            return
+        del self.held[w.worker][w.rid]
+        if w.held:
+            assert w.result.applied == (w.rid,)
+            assert w.after is not None
+            assert w.after.status is Status.COMPLETED
+            assert w.after.answer == {"by": w.worker}
+            self.became_final(w.rid)
         else:
-            assert result.fenced_off == (rid,)
-            assert after == before, "a fenced-off completion changed the row"
+            assert w.result.fenced_off == (w.rid,)
+            assert w.after == w.before, "a fenced-off completion changed the row"
             event("fenced-off completion")
 
     @precondition(any_held)
     @rule(data=st.data(), retryable=st.booleans())
     def fail(self, data: st.DataObject, retryable: bool) -> None:
-        picked = self.pick_lease(data)
-        if picked is None:
-            return
-        worker, rid, attempt = picked
-        before = self.get(rid)
-        outcome = self.run(
-            self.store.fail(
+        w = self.write_with_lease(
+            data,
+            lambda worker, rid, attempt: self.store.fail(
                 worker,
                 Lease(rid, attempt),
                 error="boom",
                 retryable=retryable,
                 retry_in_seconds=10.0,
-            )
+            ),
         )
-        after = self.get(rid)
-        del self.held[worker][rid]
-        if not self.holds(before, worker, attempt):
-            assert outcome is FailOutcome.FENCED_OFF
-            assert after == before, "a fenced-off failure changed the row"
+        if w is None:
+            return
+        del self.held[w.worker][w.rid]
+        if not w.held:
+            assert w.result is FailOutcome.FENCED_OFF
+            assert w.after == w.before, "a fenced-off failure changed the row"
             event("fenced-off failure")
             return
+        before, after = w.before, w.after
         assert before is not None
         assert after is not None
         if retryable and before.attempt < before.max_attempts and not before.non_idempotent:
-            assert outcome is FailOutcome.RETRY_SCHEDULED
+            assert w.result is FailOutcome.RETRY_SCHEDULED
             assert after.status is Status.QUEUED
             assert after.attempt == before.attempt
         else:
-            assert outcome is FailOutcome.DEAD_LETTERED
+            assert w.result is FailOutcome.DEAD_LETTERED
             assert after.status is Status.FAILED
-            self.became_final(rid)
+            self.became_final(w.rid)
 
     @precondition(any_held)
     @rule(data=st.data())
     def pause(self, data: st.DataObject) -> None:
-        picked = self.pick_lease(data)
-        if picked is None:
-            return
-        worker, rid, attempt = picked
-        before = self.get(rid)
-        ok = self.run(
-            self.store.pause(worker, Lease(rid, attempt), reason="approval", state={"a": attempt})
+        w = self.write_with_lease(
+            data,
+            lambda worker, rid, attempt: self.store.pause(
+                worker, Lease(rid, attempt), reason="approval", state={"a": attempt}
+            ),
         )
-        after = self.get(rid)
-        del self.held[worker][rid]
-        if self.holds(before, worker, attempt):
-            assert ok is True
-            assert after is not None
-            assert after.status is Status.PAUSED
-            assert after.resume is not None
-            assert after.resume.state == {"a": attempt}
-            self.continued.discard(rid)
-            self.ever_paused.add(rid)
+        if w is None:
+            return
+        del self.held[w.worker][w.rid]
+        if w.held:
+            assert w.result is True
+            assert w.after is not None
+            assert w.after.status is Status.PAUSED
+            assert w.after.resume is not None
+            assert w.after.resume.state == {"a": w.attempt}
+            self.continued.discard(w.rid)
+            self.ever_paused.add(w.rid)
         else:
-            assert ok is False
-            assert after == before, "a fenced-off pause changed the row"
+            assert w.result is False
+            assert w.after == w.before, "a fenced-off pause changed the row"
 
     @precondition(any_held)
     @rule(data=st.data())
     def enter_non_idempotent(self, data: st.DataObject) -> None:
-        picked = self.pick_lease(data)
-        if picked is None:
+        w = self.write_with_lease(
+            data,
+            lambda worker, rid, attempt: self.store.set_non_idempotent(
+                worker, Lease(rid, attempt), True
+            ),
+        )
+        if w is None:
             return
-        worker, rid, attempt = picked
-        before = self.get(rid)
-        ok = self.run(self.store.set_non_idempotent(worker, Lease(rid, attempt), True))
-        after = self.get(rid)
-        if self.holds(before, worker, attempt):
-            assert ok is True
-            assert after is not None
-            assert after.non_idempotent is True
+        if w.held:
+            assert w.result is True
+            assert w.after is not None
+            assert w.after.non_idempotent is True
         else:
-            assert ok is False
-            assert after == before, "a fenced-off mark changed the row"
+            assert w.result is False
+            assert w.after == w.before, "a fenced-off mark changed the row"
 
     @precondition(any_held)
     @rule(data=st.data())
     def settle_cancel(self, data: st.DataObject) -> None:
-        picked = self.pick_lease(data)
-        if picked is None:
+        w = self.write_with_lease(
+            data,
+            lambda worker, rid, attempt: self.store.settle_cancelled(worker, Lease(rid, attempt)),
+        )
+        if w is None:
             return
-        worker, rid, attempt = picked
-        before = self.get(rid)
-        ok = self.run(self.store.settle_cancelled(worker, Lease(rid, attempt)))
-        after = self.get(rid)
-        if self.holds(before, worker, attempt):
-            assert ok is True
-            assert after is not None
-            assert after.status is Status.CANCELLED
-            del self.held[worker][rid]
-            self.became_final(rid)
+        if w.held:
+            assert w.result is True
+            assert w.after is not None
+            assert w.after.status is Status.CANCELLED
+            del self.held[w.worker][w.rid]
+            self.became_final(w.rid)
         else:
-            assert ok is False
-            assert after == before, "a fenced-off settle changed the row"
+            assert w.result is False
+            assert w.after == w.before, "a fenced-off settle changed the row"
 
     # -- operator verbs ----------------------------------------------------------------
 
