@@ -1,4 +1,4 @@
-"""What a run keeps of its answer, per ``[privacy] level``.
+"""What a run keeps of its answer, per ``[privacy] level`` (docs/privacy.md).
 
 ``none`` keeps nothing, ``redacted`` keeps the answer with secrets and personal data
 masked and its length capped, ``metadata`` and ``full`` keep it whole: a background
@@ -114,7 +114,7 @@ _KEY_VALUE = re.compile(
 )
 # A long run of token characters: a provider key, or judged by ``_looks_opaque`` (hex,
 # base64, base64url).
-_TOKEN_RUN = re.compile(rf"(?<![{_OPAQUE}=])[{_OPAQUE}]{{19,}}+=*+")
+_TOKEN_RUN = re.compile(rf"(?<![{_OPAQUE}])[{_OPAQUE}]{{19,}}+=*+")
 # Digits in groups separated by single spaces or dashes, at least 13 digits in all.
 _DIGIT_RUN = re.compile(r"(?<![\d])\d(?:[ \-]?\d){12,}+")
 
@@ -265,7 +265,8 @@ def redact_value(value: Any, *, _depth: int = 0) -> Any:
 
 
 def _redact_entry(key: str, value: Any, depth: int) -> Any:
-    if is_sensitive_name(key) and isinstance(value, str | int | float) and value != "":
+    credential = isinstance(value, str | int | float) and not isinstance(value, bool)
+    if credential and value != "" and is_sensitive_name(key):
         return MASK
     return redact_value(value, _depth=depth)
 

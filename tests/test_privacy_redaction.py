@@ -143,6 +143,7 @@ BASE64_SECRET = "q3T9+vWn0Zk2L8s/YpR4xH7cJb6Ue1AaMdQfGtIo=="
             f"https://h.example/v1?key={MASK}&q=cats end",
         ),
         ("card 12 4111 1111 1111 1111 end", f"card 12 {MASK} end"),
+        (f"opt=sk-proj-abcdefghijklmnopqrstuvwx1234&b64={BASE64_SECRET}", f"opt={MASK}&b64={MASK}"),
     ],
 )
 def test_missed_secrets_finding_text_forms_are_masked(text: str, expected: str | None) -> None:
