@@ -127,8 +127,6 @@ class Listener:
         self._reconnect_max = reconnect_max
         self.connected = False
         self.reconnects = 0
-        #: Connection attempts so far, successful or not.
-        self.attempts = 0
         self._listened_once = False
         self._started_reported = False
         self._connected_at = 0.0
@@ -148,14 +146,17 @@ class Listener:
         delay = self._reconnect_min
         while True:
             self._held_for = 0.0
+            failure: str | None = None
             try:
                 await self._listen_once(task_status)
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as e:
-                STORE_ERRORS.labels(service="listener").inc()
-                self._note_failure(str(e) or type(e).__name__, delay)
+                failure = str(e) or type(e).__name__
             if self._held_for >= KEEPALIVE_SECONDS:
                 # A connection that held was a healthy period: this is a new outage.
                 delay = self._reconnect_min
+            if failure is not None:
+                STORE_ERRORS.labels(service="listener").inc()
+                self._note_failure(failure, delay)
             self._report_started(task_status)
             self.connected = False
             await anyio.sleep(delay * random.uniform(0.5, 1.0))
@@ -195,7 +196,6 @@ class Listener:
             task_status.started()
 
     async def _listen_once(self, task_status: TaskStatus[None]) -> None:
-        self.attempts += 1
         conn = await asyncpg.connect(
             self._url, timeout=10, server_settings={"application_name": "runq-listener"}
         )
@@ -217,10 +217,6 @@ class Listener:
             self.connected = False
             with anyio.CancelScope(shield=True):
                 await _close_quietly(conn)
-
-    @property
-    def connected_for(self) -> float:
-        return anyio.current_time() - self._connected_at if self._listened_once else 0.0
 
     async def _keepalive(self, conn: Any, lost: anyio.Event) -> None:
         while True:
