@@ -26,7 +26,14 @@ from runq.api.schemas import is_plausible_id
 from runq.errors import BadRequest, NotFound, RunqError
 from runq.model import Run, Status
 from runq.ui.errors import handle_ui_exception, status_of
-from runq.ui.listing import COLUMNS, PAGE_SIZES, PENDING_FILTERS, page_links, parse_query
+from runq.ui.listing import (
+    COLUMNS,
+    PAGE_SIZES,
+    PENDING_FILTERS,
+    RunQuery,
+    page_links,
+    parse_query,
+)
 from runq.ui.live import stats_stream
 from runq.ui.overview import Overview, overview_from_metrics
 from runq.ui.render import render
@@ -141,7 +148,7 @@ async def home(request: AnyRequest) -> Redirect:
     return Redirect("/ui/queue" if identity_of(request).is_admin else "/ui/runs", status_code=303)
 
 
-def _runs_page(request: AnyRequest, *, admin_view: bool) -> Any:
+def _runs_page(request: AnyRequest, *, admin_view: bool) -> tuple[Identity, RunQuery, str | None]:
     """Shared by ``/ui/runs`` (own runs) and ``/ui/queue/jobs`` (every run, admin)."""
     identity = identity_of(request)
     params = {key: request.query_params.getall(key) for key in request.query_params}
@@ -163,7 +170,7 @@ async def my_runs(request: AnyRequest) -> Response[Any]:
 
 
 async def _render_runs(
-    request: AnyRequest, query: Any, *, user_id: str | None, base: str, admin_view: bool
+    request: AnyRequest, query: RunQuery, *, user_id: str | None, base: str, admin_view: bool
 ) -> HTML:
     services = services_of(request)
     page = await services.queue.list_jobs(
