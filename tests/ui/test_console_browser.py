@@ -80,6 +80,12 @@ async def test_sign_in_and_every_page(
         await assert_accessible(page)
         if runq_engine == "sqlite":
             await screenshot(page, "runs", tmp_path)
+        # The dark scheme is a second palette: scanned for contrast like the light one.
+        await page.emulate_media(color_scheme="dark")
+        await assert_accessible(page)
+        if runq_engine == "sqlite":
+            await screenshot(page, "runs-dark", tmp_path)
+        await page.emulate_media(color_scheme="light")
 
         await page.get_by_role("link", name=done).click()
         await expect(page.get_by_role("heading", level=1)).to_contain_text(done)
