@@ -50,7 +50,10 @@ TOOL_TIMEOUT = 60
 
 
 def require_promtool() -> str:
-    path = shutil.which("promtool")
+    # scripts/test extracts promtool into the project's environment, beside its python.
+    path = shutil.which("promtool") or shutil.which(
+        "promtool", path=str(Path(sys.executable).parent)
+    )
     if path is None:
         reason = "promtool is not installed (run packaging/ci-install-promtool.sh)"
         if IN_CI:
@@ -285,21 +288,67 @@ def test_unit_toml_is_a_valid_production_config() -> None:
     assert config.http.auth != "open"
 
 
+def installed_root(root: Path) -> Path:
+    """A scratch root with the unit, its companions and the config installed where the
+    documented install block puts them, and an executable where that block's virtualenv
+    puts ``runq`` (verify insists that ExecStart's program exists)."""
+    units = root / "usr" / "lib" / "systemd" / "system"
+    shutil.copytree("/usr/lib/systemd/system", units, symlinks=True)  # sysinit.target...
+    placed = {
+        UNIT: "etc/systemd/system/runq.service",
+        SYSUSERS: "etc/sysusers.d/runq.conf",
+        TMPFILES: "etc/tmpfiles.d/runq.conf",
+        UNIT_TOML: "etc/runq/runq.toml",
+    }
+    for source, target in placed.items():
+        (root / target).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source, root / target)
+    (root / "etc/runq/runq.env").write_text("RUNQ_API_KEY=x\n", encoding="utf-8")
+    program = root / shlex.split(unit_value("Service", "ExecStart"))[0].lstrip("/")
+    program.parent.mkdir(parents=True)
+    program.write_text("#!/bin/sh\nexit 0\n", encoding="utf-8")
+    program.chmod(0o755)
+    return root
+
+
 def test_systemd_analyze_verify(tmp_path: Path) -> None:
     tool = require_tool("systemd-analyze")
-    # verify insists that ExecStart's program exists: point it at one that does.
-    real = shutil.which("runq") or sys.executable
-    text = UNIT.read_text(encoding="utf-8")
-    text = re.sub(r"^ExecStart=\S+", f"ExecStart={real}", text, count=1, flags=re.M)
-    unit = tmp_path / "runq.service"
-    unit.write_text(text, encoding="utf-8")
-    result = run_tool(tool, "verify", "--man=no", "--generators=no", unit)
+    if not Path("/usr/lib/systemd/system/sysinit.target").exists():
+        pytest.skip("no systemd unit directory to verify against")
+    root = installed_root(tmp_path / "root")
+    result = run_tool(
+        tool,
+        "verify",
+        f"--root={root}",
+        "--man=no",
+        "--generators=no",
+        "/etc/systemd/system/runq.service",
+    )
     # Unknown keys and unparsable values are only warnings (exit 0): fail on them too.
     complaints = [
         line for line in (result.stdout + result.stderr).splitlines() if "runq.service" in line
     ]
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0, result.stdout + result.stderr
     assert complaints == []
+
+
+def test_systemd_analyze_verify_fails_without_the_program(tmp_path: Path) -> None:
+    """The check above can fail: the unit's ExecStart must exist in the installed root."""
+    tool = require_tool("systemd-analyze")
+    if not Path("/usr/lib/systemd/system/sysinit.target").exists():
+        pytest.skip("no systemd unit directory to verify against")
+    root = installed_root(tmp_path / "root")
+    (root / "opt").rename(root / "elsewhere")
+    result = run_tool(
+        tool,
+        "verify",
+        f"--root={root}",
+        "--man=no",
+        "--generators=no",
+        "/etc/systemd/system/runq.service",
+    )
+    assert result.returncode != 0
+    assert "is not executable" in result.stdout + result.stderr
 
 
 def test_systemd_analyze_security(tmp_path: Path) -> None:
