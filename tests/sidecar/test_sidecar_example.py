@@ -123,7 +123,9 @@ async def test_the_example_runs_end_to_end(
         slow = compact(await submit_sh(server, app_url, "slow", "Q3-report"))
         assert '"status":"completed"' in slow
 
-        summary = await submit_sh(server, app_url, "summarize", "runq runs background work beside any app")
+        summary = await submit_sh(
+            server, app_url, "summarize", "runq runs background work beside any app"
+        )
         assert "runq runs background work beside ..." in summary
 
         # The application submits a run itself, then runq calls it back.
