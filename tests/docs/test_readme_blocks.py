@@ -1,9 +1,10 @@
 """The README followed top to bottom, as a newcomer does, in a fresh copy of the checkout.
 
 Every block marked ``<!-- test: walkthrough ... -->`` runs exactly as printed, in
-document order, with ``bash -euo pipefail`` in one fresh directory: the install block
-creates ``.venv`` and installs runq into it (``RUNQ_DOCS_REUSE_VENV=1`` links this
-checkout's ``.venv`` instead, for a quick local run); the ``daemon`` block runs in the
+document order, with ``bash -euo pipefail`` in one fresh directory. Under ``CI=true``
+(or with ``RUNQ_DOCS_FRESH_VENV=1``) the install block runs too: it creates ``.venv`` and
+installs runq into it, which takes a minute or more; elsewhere the fresh directory links
+this checkout's ``.venv`` instead, which holds the same code. The ``daemon`` block runs in the
 background like the user's first shell and must answer ``/readyz``; ``file=NAME`` blocks
 are saved as the prose says; ``stop=daemon`` sends the daemon Ctrl-C (SIGINT) first, as
 the prose asks, and its drain must exit 0. Whatever a block leaves running in the
@@ -31,7 +32,7 @@ import pytest
 from docs.markdown_blocks import README, ROOT, Block, copy_checkout, marked_blocks
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-REUSE_VENV = os.environ.get("RUNQ_DOCS_REUSE_VENV") == "1"
+FRESH_VENV = IN_CI or os.environ.get("RUNQ_DOCS_FRESH_VENV") == "1"
 DAEMON_URL = "http://127.0.0.1:7777"  # the README's address, as printed
 APP_PORT = 8080  # examples/sidecar/app.js, as printed
 INSTALL_TIMEOUT = 300.0
@@ -212,7 +213,7 @@ def test_the_readme_runs_as_printed(session: Session) -> None:
             target = session.directory / block.file
             assert not target.exists(), f"{block.where()} would overwrite {block.file}"
             target.write_text(block.text, encoding="utf-8")
-        elif "install" in block.flags and REUSE_VENV:
+        elif "install" in block.flags and not FRESH_VENV:
             (session.directory / ".venv").symlink_to(ROOT / ".venv")
         elif "install" in block.flags:
             session.run(block, INSTALL_TIMEOUT)
