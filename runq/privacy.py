@@ -1,4 +1,4 @@
-"""What a run keeps of its answer, per ``[privacy] level`` (DESIGN §8, seed 003).
+"""What a run keeps of its answer, per ``[privacy] level``.
 
 ``none`` keeps nothing, ``redacted`` keeps the answer with secrets and personal data
 masked and its length capped, ``metadata`` and ``full`` keep it whole: a background
