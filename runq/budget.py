@@ -1,4 +1,4 @@
-"""The budget gate: asked before the claim, never after (seed 003, "budget before claim").
+"""The budget gate: asked before the claim, never after.
 
 A refusal after the claim would cost the run; so the claimers ask first, and a run whose
 user or configuration is over a cap stays queued while the runs behind it go on. It is

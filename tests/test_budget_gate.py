@@ -1,4 +1,5 @@
-"""The budget gate, asked before the claim (seed 003), on both engines.
+"""The budget gate, asked before the claim (a refusal after it would cost the run its
+attempt), on both engines.
 
 The claimers of the daemon are driven in the test process so the database clock can be
 moved past midnight (``store.clock_offset_seconds``)."""

@@ -50,7 +50,10 @@ TOOL_TIMEOUT = 60
 
 
 def require_promtool() -> str:
-    path = shutil.which("promtool")
+    # scripts/test extracts promtool into the project's environment, beside its python.
+    path = shutil.which("promtool") or shutil.which(
+        "promtool", path=str(Path(sys.executable).parent)
+    )
     if path is None:
         reason = "promtool is not installed (run packaging/ci-install-promtool.sh)"
         if IN_CI:
@@ -285,21 +288,67 @@ def test_unit_toml_is_a_valid_production_config() -> None:
     assert config.http.auth != "open"
 
 
+def installed_root(root: Path) -> Path:
+    """A scratch root with the unit, its companions and the config installed where the
+    documented install block puts them, and an executable where that block's virtualenv
+    puts ``runq`` (verify insists that ExecStart's program exists)."""
+    units = root / "usr" / "lib" / "systemd" / "system"
+    shutil.copytree("/usr/lib/systemd/system", units, symlinks=True)  # sysinit.target...
+    placed = {
+        UNIT: "etc/systemd/system/runq.service",
+        SYSUSERS: "etc/sysusers.d/runq.conf",
+        TMPFILES: "etc/tmpfiles.d/runq.conf",
+        UNIT_TOML: "etc/runq/runq.toml",
+    }
+    for source, target in placed.items():
+        (root / target).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source, root / target)
+    (root / "etc/runq/runq.env").write_text("RUNQ_API_KEY=x\n", encoding="utf-8")
+    program = root / shlex.split(unit_value("Service", "ExecStart"))[0].lstrip("/")
+    program.parent.mkdir(parents=True)
+    program.write_text("#!/bin/sh\nexit 0\n", encoding="utf-8")
+    program.chmod(0o755)
+    return root
+
+
 def test_systemd_analyze_verify(tmp_path: Path) -> None:
     tool = require_tool("systemd-analyze")
-    # verify insists that ExecStart's program exists: point it at one that does.
-    real = shutil.which("runq") or sys.executable
-    text = UNIT.read_text(encoding="utf-8")
-    text = re.sub(r"^ExecStart=\S+", f"ExecStart={real}", text, count=1, flags=re.M)
-    unit = tmp_path / "runq.service"
-    unit.write_text(text, encoding="utf-8")
-    result = run_tool(tool, "verify", "--man=no", "--generators=no", unit)
+    if not Path("/usr/lib/systemd/system/sysinit.target").exists():
+        pytest.skip("no systemd unit directory to verify against")
+    root = installed_root(tmp_path / "root")
+    result = run_tool(
+        tool,
+        "verify",
+        f"--root={root}",
+        "--man=no",
+        "--generators=no",
+        "/etc/systemd/system/runq.service",
+    )
     # Unknown keys and unparsable values are only warnings (exit 0): fail on them too.
     complaints = [
         line for line in (result.stdout + result.stderr).splitlines() if "runq.service" in line
     ]
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0, result.stdout + result.stderr
     assert complaints == []
+
+
+def test_systemd_analyze_verify_fails_without_the_program(tmp_path: Path) -> None:
+    """The check above can fail: the unit's ExecStart must exist in the installed root."""
+    tool = require_tool("systemd-analyze")
+    if not Path("/usr/lib/systemd/system/sysinit.target").exists():
+        pytest.skip("no systemd unit directory to verify against")
+    root = installed_root(tmp_path / "root")
+    (root / "opt").rename(root / "elsewhere")
+    result = run_tool(
+        tool,
+        "verify",
+        f"--root={root}",
+        "--man=no",
+        "--generators=no",
+        "/etc/systemd/system/runq.service",
+    )
+    assert result.returncode != 0
+    assert "is not executable" in result.stdout + result.stderr
 
 
 def test_systemd_analyze_security(tmp_path: Path) -> None:
@@ -769,3 +818,86 @@ def test_dashboard_promql_parses(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
     result = run_tool(promtool, "check", "rules", path)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- the documented installs ------------------------------------------------------------
+
+README = ROOT / "README.md"
+
+
+def marked_block(path: Path, mark: str) -> str:
+    """The fence right below ``<!-- test: MARK -->`` in ``path``, dedented."""
+    text = path.read_text(encoding="utf-8")
+    match = re.search(
+        rf"^( *)<!-- test: {re.escape(mark)} -->\n\1```\w+\n(?P<body>.*?)^\1```$",
+        text,
+        flags=re.M | re.S,
+    )
+    assert match, f"{path.name} has no block marked {mark!r}"
+    indent = len(match.group(1))
+    return "".join(line[indent:] for line in match.group("body").splitlines(keepends=True))
+
+
+def production_install() -> list[str]:
+    block = marked_block(OPERATIONS, "production-install")
+    assert marked_block(README, "production-install") == block, (
+        "README.md and docs/operations.md must show the same install block"
+    )
+    return block.splitlines()
+
+
+def test_install_block_creates_the_virtualenv_the_unit_runs() -> None:
+    lines = production_install()
+    venv = next(shlex.split(line)[3] for line in lines if line.startswith("python3 -m venv "))
+    assert any(line.split("&&")[-1].strip().startswith(f"{venv}/bin/pip install") for line in lines)
+    argv = shlex.split(unit_value("Service", "ExecStart"))
+    assert argv[0] == f"{venv}/bin/runq", "the unit must run the runq the install creates"
+
+
+def test_install_block_installs_every_file_where_the_unit_reads_it() -> None:
+    text = "\n".join(production_install())
+    for source, target in (
+        ("packaging/systemd/runq.service", "/etc/systemd/system/runq.service"),
+        ("packaging/systemd/runq.sysusers", "/etc/sysusers.d/runq.conf"),
+        ("packaging/systemd/runq.tmpfiles", "/etc/tmpfiles.d/runq.conf"),
+        ("packaging/systemd/runq.toml", "/etc/runq/runq.toml"),
+    ):
+        assert re.search(rf"install .*{re.escape(source)}\s+{re.escape(target)}$", text, re.M)
+        assert (ROOT / source).is_file()
+    assert "--config /etc/runq/runq.toml" in unit_value("Service", "ExecStart")
+    assert "EnvironmentFile=-/etc/runq/runq.env" in UNIT.read_text(encoding="utf-8")
+    assert "systemctl enable --now runq" in text
+
+
+def test_install_block_generates_the_key_the_shipped_config_needs(tmp_path: Path) -> None:
+    """The shipped runq.toml uses key auth: the block must write RUNQ_API_KEY into the
+    environment file the unit reads, from a generator that really prints a key."""
+    config = load_config(UNIT_TOML, environ={})
+    assert config.http.auth == "key"
+    assert config.http.key == "env:RUNQ_API_KEY"
+    line = next(
+        line for line in production_install() if "/etc/runq/runq.env" in line and "echo" in line
+    )
+    assert line.startswith('echo "RUNQ_API_KEY=$(')
+    assert line.endswith("> /etc/runq/runq.env")
+    generated = tmp_path / "runq.env"
+    script = line.replace("/etc/runq/runq.env", str(generated))
+    result = run_tool("bash", "-euo", "pipefail", "-c", script)
+    assert result.returncode == 0, result.stderr
+    name, _, key = generated.read_text(encoding="utf-8").strip().partition("=")
+    assert name == "RUNQ_API_KEY"
+    assert len(key) >= 32
+    assert key.isprintable()
+    assert " " not in key
+    # The file is created 0600 before the key is written into it.
+    lines = production_install()
+    mode_line = next(i for i, text in enumerate(lines) if "install -m 0600" in text)
+    assert "/etc/runq/runq.env" in lines[mode_line]
+    assert mode_line < lines.index(line)
+
+
+def test_container_header_publishes_on_loopback_as_the_guide_does() -> None:
+    header = CONTAINERFILE.read_text(encoding="utf-8")
+    assert "-p 127.0.0.1:7777:7777" in header
+    assert not re.search(r"-p 7777:7777", header)
+    assert "-p 127.0.0.1:7777:7777" in OPERATIONS.read_text(encoding="utf-8")

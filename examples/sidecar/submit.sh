@@ -6,9 +6,12 @@
 #   ./submit.sh slow    DOC              the app answers 202 + Location; runq polls it
 #   ./submit.sh summarize "some text"    one chat completion through agent/summarize
 #
-# RUNQ_URL defaults to http://127.0.0.1:7777. Needs curl; jq is optional (prettier output).
+# RUNQ_URL defaults to http://127.0.0.1:7777, APP_URL (app.js) to http://127.0.0.1:8080.
+# Both may still be starting: it waits up to 30 s for them to answer before submitting.
+# Needs curl; jq is optional (prettier output).
 set -eu
 RUNQ_URL=${RUNQ_URL:-http://127.0.0.1:7777}
+APP_URL=${APP_URL:-http://127.0.0.1:8080}
 
 json_field() { # json_field NAME: the first string field NAME of the JSON on stdin
   grep -o "\"$1\":\"[^\"]*\"" | head -n 1 | cut -d '"' -f 4
@@ -33,7 +36,22 @@ wait_for() { # wait_for RUN_ID STATUS... -> prints the run once its status is on
   return 1
 }
 
+wait_ready() { # wait_ready URL: until it answers 2xx, for up to 30 s
+  for _ in $(seq 1 60); do
+    if curl -fs -o /dev/null "$1"; then return 0; fi
+    sleep 0.5
+  done
+  echo "$1 did not answer within 30 s" >&2
+  return 1
+}
+
 show() { if command -v jq >/dev/null 2>&1; then jq .; else cat; fi; }
+
+case "${1:-}" in
+  render|slow|approve|summarize)
+    wait_ready "$RUNQ_URL/readyz"
+    wait_ready "$APP_URL/healthz" ;;
+esac
 
 case "${1:-}" in
   render)
@@ -53,5 +71,5 @@ case "${1:-}" in
     run_id=$(submit agent summarize "{\"prompt\":\"$text\"}")
     wait_for "$run_id" completed failed | show ;;
   *)
-    sed -n '2,10p' "$0"; exit 2 ;;
+    sed -n '2,11p' "$0"; exit 2 ;;
 esac

@@ -17,9 +17,11 @@ from runq.api import AUTHENTICATOR_STATE_KEY, SERVICES_STATE_KEY, ApiServices
 from runq.api.auth import build_authenticator
 from runq.api.guards import provide_identity, provide_services
 from runq.api.problems import handle_exception
+from runq.api.routes_bulk import bulk_router
 from runq.api.routes_health import health_handlers
 from runq.api.routes_queue import queue_router
 from runq.api.routes_runs import runs_router
+from runq.ui import ui_routes
 
 #: Where the generated OpenAPI document is served: ``/schema/openapi.json``.
 OPENAPI_PATH = "/schema"
@@ -35,7 +37,9 @@ def create_app(services: ApiServices) -> Litestar:
         route_handlers=[
             runs_router(secured=secured),
             queue_router(secured=secured),
+            bulk_router(secured=secured),
             *health_handlers,
+            *ui_routes(),
         ],
         dependencies={
             "services": Provide(provide_services, sync_to_thread=False),

@@ -10,7 +10,7 @@ worker that wakes up after its leases were reaped, whose writes the fence must d
 
 A trigger on the run table records every change of status, attempt or lease holder
 (``chaos_audit``), so the checks read what the database did, not what a worker believed.
-At the end the test proves DESIGN §2 and prints the counts:
+At the end the test proves the guarantees of docs/design.md and prints the counts:
 
 * every acknowledged submission exists, exactly once (retries were idempotent);
 * every run is final within ``lock_grace_seconds`` plus a margin after the last fault;

@@ -81,11 +81,11 @@ async def app_ready(port: int) -> bool:
         return False
 
 
-async def submit_sh(server: RunqServer, *args: str) -> str:
+async def submit_sh(server: RunqServer, app_url: str, *args: str) -> str:
     def run() -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             ["sh", str(EXAMPLE / "submit.sh"), *args],
-            env={**os.environ, "RUNQ_URL": server.url},
+            env={**os.environ, "RUNQ_URL": server.url, "APP_URL": app_url},
             capture_output=True,
             text=True,
             timeout=90,
@@ -109,20 +109,23 @@ async def test_the_example_runs_end_to_end(
     server = await serve_factory(example_config(), env=app_env)
     with node_app({**app_env, "RUNQ_URL": server.url}, tmp_path / "app.log"):
         await wait_for(lambda: app_ready(app_port), timeout=10, message="app.js listens")
+        app_url = f"http://127.0.0.1:{app_port}"
 
-        rendered = compact(await submit_sh(server, "render", "Q3-report"))
+        rendered = compact(await submit_sh(server, app_url, "render", "Q3-report"))
         assert '"status":"completed"' in rendered
         assert "<h1>Q3-report</h1>" in rendered
 
-        approved = compact(await submit_sh(server, "approve", "Q3-report"))
+        approved = compact(await submit_sh(server, app_url, "approve", "Q3-report"))
         assert '"status":"paused"' in approved
         assert '"pause_reason":"approval"' in approved
         assert '"published":true' in approved
 
-        slow = compact(await submit_sh(server, "slow", "Q3-report"))
+        slow = compact(await submit_sh(server, app_url, "slow", "Q3-report"))
         assert '"status":"completed"' in slow
 
-        summary = await submit_sh(server, "summarize", "runq runs background work beside any app")
+        summary = await submit_sh(
+            server, app_url, "summarize", "runq runs background work beside any app"
+        )
         assert "runq runs background work beside ..." in summary
 
         # The application submits a run itself, then runq calls it back.

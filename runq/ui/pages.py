@@ -1,0 +1,455 @@
+"""The console's pages and forms.
+
+``/ui/runs`` and ``/ui/runs/{id}`` are for every signed-in user, with the API's visibility:
+a user lists only their own runs and opens only what ``GET /runs/{id}`` would show them.
+``/ui/queue/...`` is the operator surface and needs the admin scope, like ``/queue``.
+Every POST checks the CSRF token first and answers with a redirect (post/redirect/get),
+so reloading a page never repeats an action.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from litestar import Request, Response, Router, get, post
+from litestar.datastructures import FormMultiDict
+from litestar.response import Redirect, ServerSentEvent
+
+from runq.api import ApiServices
+from runq.api.auth import Forbidden, Identity
+from runq.api.guards import require_worker, services_of
+from runq.api.routes_bulk import MAX_BULK_IDS, cancel_each, requeue_each
+from runq.api.schemas import is_plausible_id
+from runq.errors import BadRequest, NotFound, RunqError
+from runq.model import Run, Status
+from runq.ui.errors import handle_ui_exception, status_of
+from runq.ui.listing import (
+    COLUMNS,
+    PAGE_SIZES,
+    PENDING_FILTERS,
+    RunQuery,
+    page_links,
+    parse_query,
+)
+from runq.ui.live import stats_stream
+from runq.ui.overview import Overview, overview_from_metrics
+from runq.ui.render import render
+from runq.ui.session import (
+    check_csrf,
+    check_signin_csrf,
+    cleared_session_cookie,
+    identity_of,
+    new_signin_cookie,
+    session_cookie,
+    ui_authenticate,
+    ui_require_admin,
+    verify_credential,
+)
+
+AnyRequest = Request[Any, Any, Any]
+HTML = Response[str]
+
+#: What a redirect after an action may say; the URL carries the key, never free text.
+FLASH_MESSAGES: dict[str, str] = {
+    "requeued": "The run was requeued.",
+    "cancelled": "The run was cancelled.",
+    "cancel_requested": "Cancel recorded: the run stops at its next checkpoint or heartbeat.",
+    "continued": "The run was continued with your decision.",
+    "signed_out": "You are signed out.",
+}
+#: A run page lists this many live statuses as "can be cancelled".
+CANCELLABLE = frozenset({Status.QUEUED, Status.PAUSED, Status.RUNNING})
+REQUEUEABLE = frozenset({Status.FAILED, Status.CANCELLED})
+#: Longest decision the editor accepts, in characters (the body limit applies as well).
+MAX_DECISION_CHARS = 256 * 1024
+
+
+async def _form(request: AnyRequest) -> FormMultiDict:
+    return await request.form()
+
+
+def _flash(request: AnyRequest) -> str | None:
+    return FLASH_MESSAGES.get(request.query_params.get("done") or "")
+
+
+def _safe_next(target: str | None) -> str:
+    """Only a console path: never another site (``//host``) or a scheme."""
+    if target and target.startswith("/ui") and not target.startswith("//") and "\\" not in target:
+        return target
+    return "/ui"
+
+
+async def read_overview(services: ApiServices) -> Overview:
+    return overview_from_metrics((await services.render_metrics()).decode())
+
+
+# -- sign in / out ----------------------------------------------------------------------------
+
+
+@get("/signin", name="ui_signin")
+async def signin_form(request: AnyRequest) -> Response[Any]:
+    if services_of(request).config.http.auth == "open":
+        return Redirect("/ui", status_code=303)
+    return _signin_page(request, next_path=request.query_params.get("next"))
+
+
+def _signin_page(
+    request: AnyRequest, *, next_path: str | None, problem: str | None = None, status: int = 200
+) -> HTML:
+    cookie = new_signin_cookie(request)
+    response = render(
+        request,
+        "signin.html",
+        status_code=status,
+        title="Sign in",
+        next_path=_safe_next(next_path),
+        signin_token=cookie.value,
+        mode=services_of(request).config.http.auth,
+        problem=problem,
+        flash=_flash(request),
+    )
+    response.set_cookie(cookie)
+    return response
+
+
+@post("/signin", status_code=303)
+async def signin(request: AnyRequest) -> Response[Any]:
+    form = await _form(request)
+    check_signin_csrf(request, form.get("signin_token"))
+    credential = str(form.get("credential") or "").strip()
+    next_path = _safe_next(form.get("next"))
+    try:
+        verify_credential(request, credential)
+    except RunqError as e:
+        return _signin_page(request, next_path=next_path, problem=str(e), status=401)
+    response: Redirect = Redirect(next_path, status_code=303)
+    response.set_cookie(session_cookie(request, credential))
+    response.delete_cookie("runq_signin", path="/ui")
+    return response
+
+
+@post("/signout", status_code=303, guards=[ui_authenticate])
+async def signout(request: AnyRequest) -> Response[Any]:
+    form = await _form(request)
+    check_csrf(request, form.get("csrf"))
+    response: Redirect = Redirect("/ui/signin?done=signed_out", status_code=303)
+    response.set_cookie(cleared_session_cookie(request))
+    return response
+
+
+# -- home, runs --------------------------------------------------------------------------------
+
+
+@get("/", guards=[ui_authenticate])
+async def home(request: AnyRequest) -> Redirect:
+    return Redirect("/ui/queue" if identity_of(request).is_admin else "/ui/runs", status_code=303)
+
+
+def _runs_page(request: AnyRequest, *, admin_view: bool) -> tuple[Identity, RunQuery, str | None]:
+    """Shared by ``/ui/runs`` (own runs) and ``/ui/queue/jobs`` (every run, admin)."""
+    identity = identity_of(request)
+    params = {key: request.query_params.getall(key) for key in request.query_params}
+    query = parse_query(params, admin=admin_view)
+    user_id = query.user if admin_view else identity.user_id
+    return identity, query, user_id
+
+
+@get("/runs", guards=[ui_authenticate])
+async def my_runs(request: AnyRequest) -> Response[Any]:
+    identity, query, user_id = _runs_page(request, admin_view=False)
+    if user_id is None:
+        # Key holders and open mode have no user of their own: their list is every run.
+        if identity.is_admin:
+            qs = request.url.query
+            return Redirect(f"/ui/queue/jobs{'?' + qs if qs else ''}", status_code=303)
+        raise Forbidden("this identity has no user id, so it owns no runs")
+    return await _render_runs(request, query, user_id=user_id, base="/ui/runs", admin_view=False)
+
+
+async def _render_runs(
+    request: AnyRequest, query: RunQuery, *, user_id: str | None, base: str, admin_view: bool
+) -> HTML:
+    services = services_of(request)
+    page = await services.queue.list_jobs(
+        statuses=query.statuses,
+        page=query.page,
+        limit=query.limit,
+        sort_by=query.sort_by,
+        sort_order=query.sort_order,
+        user_id=user_id,
+    )
+    return render(
+        request,
+        "runs.html",
+        identity=identity_of(request),
+        title="All runs" if admin_view else "My runs",
+        base=base,
+        admin_view=admin_view,
+        query=query,
+        page=page,
+        links=page_links(query, page, base),
+        columns=COLUMNS,
+        statuses=[s.value for s in Status],
+        page_sizes=PAGE_SIZES,
+        pending_filters=PENDING_FILTERS,
+        max_bulk=MAX_BULK_IDS,
+        flash=_flash(request),
+    )
+
+
+# -- one run -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunActions:
+    cancel: bool
+    continue_: bool
+    requeue: bool
+
+
+def _actions(identity: Identity, run: Run) -> RunActions:
+    return RunActions(
+        cancel=run.status in CANCELLABLE and identity.can_cancel(run),
+        continue_=run.status is Status.PAUSED and identity.can_continue(run),
+        requeue=run.status in REQUEUEABLE and identity.is_admin,
+    )
+
+
+async def _visible_run(request: AnyRequest, run_id: str) -> Run:
+    """As ``GET /runs/{id}``: a run the caller may not see does not exist for them."""
+    run = await services_of(request).queue.get(run_id) if is_plausible_id(run_id) else None
+    if run is None or not identity_of(request).can_see(run):
+        raise NotFound("no such run, or not one you may see")
+    return run
+
+
+def _run_page(
+    request: AnyRequest,
+    run: Run,
+    *,
+    status_code: int = 200,
+    problem: str | None = None,
+    decision_text: str = "",
+) -> HTML:
+    identity = identity_of(request)
+    return render(
+        request,
+        "run.html",
+        status_code=status_code,
+        identity=identity,
+        title=f"Run {run.id}",
+        run=run,
+        content=identity.can_read_content(run),
+        actions=_actions(identity, run),
+        problem=problem,
+        decision_text=decision_text,
+        flash=_flash(request),
+    )
+
+
+@get("/runs/{run_id:str}", guards=[ui_authenticate])
+async def run_page(request: AnyRequest, run_id: str) -> HTML:
+    return _run_page(request, await _visible_run(request, run_id))
+
+
+def _back_to_run(run_id: str, done: str) -> Redirect:
+    return Redirect(f"/ui/runs/{run_id}?{urlencode({'done': done})}", status_code=303)
+
+
+async def _refused(request: AnyRequest, run_id: str, error: RunqError, decision: str = "") -> HTML:
+    """The run page again, saying why the action was refused, with the API's status code."""
+    run = await _visible_run(request, run_id)
+    return _run_page(
+        request, run, status_code=status_of(error), problem=str(error), decision_text=decision
+    )
+
+
+@post("/runs/{run_id:str}/cancel", guards=[ui_authenticate], status_code=303)
+async def cancel_action(request: AnyRequest, run_id: str) -> Response[Any]:
+    check_csrf(request, (await _form(request)).get("csrf"))
+    run = await _visible_run(request, run_id)
+    if not identity_of(request).can_cancel(run):
+        raise Forbidden("only the run's own user or an admin may cancel it")
+    try:
+        cancelled = await services_of(request).queue.cancel(run.id)
+    except RunqError as e:
+        if status_of(e) >= 500:
+            raise
+        return await _refused(request, run.id, e)
+    done = "cancel_requested" if cancelled.status is Status.RUNNING else "cancelled"
+    return _back_to_run(run.id, done)
+
+
+def parse_decision(text: str) -> Any:
+    """The editor's JSON; an empty editor is ``null`` (a bare approval)."""
+    if len(text) > MAX_DECISION_CHARS:
+        raise BadRequest(f"the decision is longer than {MAX_DECISION_CHARS} characters")
+    if not text.strip():
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BadRequest(f"the decision is not valid JSON: {e.msg} (line {e.lineno})") from e
+
+
+@post("/runs/{run_id:str}/continue", guards=[ui_authenticate], status_code=303)
+async def continue_action(request: AnyRequest, run_id: str) -> Response[Any]:
+    form = await _form(request)
+    check_csrf(request, form.get("csrf"))
+    run = await _visible_run(request, run_id)
+    if not identity_of(request).can_continue(run):
+        raise Forbidden("only the run's own user, an approver or an admin may continue it")
+    text = str(form.get("decision") or "")
+    services = services_of(request)
+    try:
+        await services.queue.continue_(run.id, parse_decision(text))
+    except RunqError as e:
+        if status_of(e) >= 500:
+            raise
+        return await _refused(request, run.id, e, decision=text)
+    services.wake()
+    return _back_to_run(run.id, "continued")
+
+
+# -- the operator surface (admin) --------------------------------------------------------------
+
+
+@get("/")
+async def overview_page(request: AnyRequest) -> HTML:
+    overview = await read_overview(services_of(request))
+    return render(
+        request,
+        "overview.html",
+        identity=identity_of(request),
+        title="Overview",
+        overview=overview,
+        statuses=[s.value for s in Status],
+        live="/ui/queue/live",
+    )
+
+
+@get("/live")
+async def overview_live(request: AnyRequest) -> ServerSentEvent:
+    services = services_of(request)
+    return ServerSentEvent(
+        stats_stream(lambda: read_overview(services)),
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+@get("/jobs")
+async def all_runs(request: AnyRequest) -> HTML:
+    _, query, user_id = _runs_page(request, admin_view=True)
+    return await _render_runs(
+        request, query, user_id=user_id, base="/ui/queue/jobs", admin_view=True
+    )
+
+
+@post("/jobs/{run_id:str}/requeue", status_code=303)
+async def requeue_action(request: AnyRequest, run_id: str) -> Response[Any]:
+    form = await _form(request)
+    check_csrf(request, form.get("csrf"))
+    run = await _visible_run(request, run_id)
+    services = services_of(request)
+    try:
+        await services.queue.requeue(
+            run.id,
+            force=form.get("force") == "on",
+            clear_cancellation=form.get("clear_cancellation") == "on",
+        )
+    except RunqError as e:
+        if status_of(e) >= 500:
+            raise
+        return await _refused(request, run.id, e)
+    services.wake()
+    return _back_to_run(run.id, "requeued")
+
+
+@post("/jobs/bulk", status_code=200)
+async def bulk_action(request: AnyRequest) -> HTML:
+    form = await _form(request)
+    check_csrf(request, form.get("csrf"))
+    ids = [str(value) for value in form.getall("ids")] if "ids" in form else []
+    if not ids:
+        raise BadRequest("select at least one run")
+    if len(ids) > MAX_BULK_IDS:
+        raise BadRequest(f"at most {MAX_BULK_IDS} runs at once")
+    action = form.get("action")
+    services = services_of(request)
+    if action == "requeue":
+        result = await requeue_each(
+            services,
+            ids,
+            force=form.get("force") == "on",
+            clear_cancellation=form.get("clear_cancellation") == "on",
+        )
+    elif action == "cancel":
+        result = await cancel_each(services, ids)
+    else:
+        raise BadRequest("action must be requeue or cancel")
+    return render(
+        request,
+        "bulk.html",
+        identity=identity_of(request),
+        title=f"Bulk {action}",
+        action=action,
+        result=result,
+        back=_safe_next(form.get("back")),
+    )
+
+
+@get("/workers")
+async def workers_page(request: AnyRequest) -> HTML:
+    services = services_of(request)
+    store = services.queue.store
+    queue_config = services.config.queue
+    # The exporter's rule for "live": seen within three heartbeats (and at least 2 min).
+    live_within = max(120.0, 3 * queue_config.heartbeat_interval)
+    # Workers not seen for a day are pruned anyway; show the missing ones up to then.
+    workers = await store.list_workers(max_age_seconds=86400.0)
+    now = await store.now()
+    return render(
+        request,
+        "workers.html",
+        identity=identity_of(request),
+        title="Workers",
+        workers=workers,
+        now=now,
+        live_within=live_within,
+        heartbeat_interval=queue_config.heartbeat_interval,
+    )
+
+
+def ui_router() -> Router:
+    """``/ui``: the pages above; ``/ui/queue`` behind the worker, session and admin guards."""
+    queue_pages = Router(
+        path="/queue",
+        route_handlers=[
+            overview_page,
+            overview_live,
+            all_runs,
+            requeue_action,
+            bulk_action,
+            workers_page,
+        ],
+        guards=[ui_authenticate, ui_require_admin, require_worker],
+    )
+    return Router(
+        path="/ui",
+        route_handlers=[
+            signin_form,
+            signin,
+            signout,
+            home,
+            my_runs,
+            run_page,
+            cancel_action,
+            continue_action,
+            queue_pages,
+        ],
+        include_in_schema=False,
+        exception_handlers={Exception: handle_ui_exception},
+    )
