@@ -1,4 +1,4 @@
-"""Privacy levels: what a run keeps of its answer (DESIGN §8)."""
+"""Privacy levels: what a run keeps of its answer."""
 
 from __future__ import annotations
 

@@ -60,7 +60,7 @@ from runq.metrics import (
     STORE_ERRORS,
 )
 from runq.model import Completion, FailOutcome, Lease, Run, TerminationReason, retry_delay
-from runq.privacy import keep_answer
+from runq.privacy import keep_answer_async
 from runq.store.base import Store
 
 if TYPE_CHECKING:
@@ -585,7 +585,7 @@ class Executor:
 
     async def _complete(self, ex: Execution, value: Any, reason: TerminationReason) -> Outcome:
         privacy = self.config.privacy
-        keep, stored = keep_answer(privacy.level, value, privacy.redacted_max_chars)
+        keep, stored = await keep_answer_async(privacy.level, value, privacy.redacted_max_chars)
         if keep and not _encodable(stored):
             # Checked here so one bad answer never fails the batch it would share.
             return await self._fail(ex, "answer cannot be encoded as JSON", retryable=False)

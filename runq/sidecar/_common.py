@@ -1,7 +1,7 @@
 """What the built-in HTTP components share: config reading, the pooled client, the lease
 before a long call, bounded response reading, status classification and ``Retry-After``.
 
-The classification follows seed 003: a failure that a later attempt may not repeat
+The classification: a failure that a later attempt may not repeat
 (connection errors, timeouts, 408, 425, 429, 5xx) is ``Retryable``, honouring
 ``Retry-After`` as the earliest next attempt; a failure the same request would meet again
 (other 4xx, a refused redirect, an oversized answer, a broken contract) is ``Permanent``.
@@ -14,7 +14,9 @@ import email.utils
 import enum
 import math
 import re
+import string
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC
@@ -227,6 +229,43 @@ def read_headers(reader: SpecReader, reserved: Callable[[str], bool]) -> dict[st
     return headers
 
 
+#: What a header value built from user data may keep as is: visible ASCII except ``%``.
+_HEADER_SAFE = "".join(c for c in string.printable if c.isprintable() and c not in " %")
+
+
+def header_value(text: str) -> str:
+    """``text`` fit for an HTTP header: anything but visible ASCII (``josé``, spaces, control
+    characters) and ``%`` itself are percent-encoded as UTF-8, so the receiver can always
+    ``unquote`` the value, and a user id or session id can never fail the request."""
+    return urllib.parse.quote(text, safe=_HEADER_SAFE)
+
+
+def same_origin(url: httpx.URL, origin: httpx.URL) -> bool:
+    """Whether ``url`` is on ``origin``, or its upgrade from http to https on the same host
+    (the one redirect that keeps credentials as safe as before)."""
+    if (url.scheme, url.host, url.port) == (origin.scheme, origin.host, origin.port):
+        return True
+    return (
+        origin.scheme == "http"
+        and url.scheme == "https"
+        and url.host == origin.host
+        and url.port is None
+        and origin.port is None
+    )
+
+
+class CrossOriginRedirect(Permanent):
+    """A redirect to another origin: the configured headers (credentials) and the run's
+    headers would go there too. httpx drops only ``Authorization`` on such a redirect, so
+    runq refuses it instead of following."""
+
+    def __init__(self, url: httpx.URL, origin: httpx.URL) -> None:
+        super().__init__(
+            f"refused a redirect to {display_url(url)}: it leaves the origin of "
+            f"{display_url(origin)}, which would receive the configured headers"
+        )
+
+
 # -- the pooled client -------------------------------------------------------------------
 
 
@@ -235,6 +274,8 @@ class ClientSettings:
     timeout_seconds: float
     follow_redirects: bool = False
     max_redirects: int = 5
+    #: The one origin requests may go to; a redirect elsewhere is refused.
+    origin: httpx.URL | None = None
 
 
 class PooledClient:
@@ -257,9 +298,16 @@ class PooledClient:
                 follow_redirects=self.settings.follow_redirects,
                 max_redirects=self.settings.max_redirects,
                 headers={"User-Agent": "runq-sidecar"},
+                event_hooks={"request": [self._refuse_other_origins]},
             )
             self._loop = loop
         return self._client
+
+    async def _refuse_other_origins(self, request: httpx.Request) -> None:
+        """Called for every request, the redirected ones included, before it is sent."""
+        origin = self.settings.origin
+        if origin is not None and not same_origin(request.url, origin):
+            raise CrossOriginRedirect(request.url, origin)
 
     async def aclose(self) -> None:
         client, self._client = self._client, None

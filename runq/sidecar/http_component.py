@@ -7,14 +7,16 @@ url = "http://127.0.0.1:8080/render"       # literal, or "env:NAME" / "file:/pat
 method = "POST"                            # POST | PUT | PATCH
 timeout_seconds = 30                       # one request, connect to last byte
 max_response_bytes = 1048576               # a larger answer fails the run (permanent)
-follow_redirects = false                   # a 3xx fails the run (permanent) unless true
+follow_redirects = false                   # a 3xx fails the run (permanent) unless true;
+                                           # never followed to another origin
 headers = { Authorization = "env:APP_TOKEN", Accept = "application/json" }
 poll = { enabled = true, interval_seconds = 2, max_seconds = 3600 }
 ```
 
 The request: the run's payload, JSON-encoded, is the body, with ``Runq-Run-Id``,
 ``Runq-Attempt``, ``Runq-Component``, ``Runq-Session-Id`` and ``Runq-User-Id`` (when the
-run has them) and ``Idempotency-Key: <run id>:<attempt>``. A continued run (after a pause)
+run has them; the last two percent-encoded, as they come from callers) and
+``Idempotency-Key: <run id>:<attempt>``. A continued run (after a pause)
 sends ``Runq-Resume: 1`` and the body ``{"payload": ..., "resume": {"state": ...,
 "decision": ...}}``.
 
@@ -52,6 +54,7 @@ from runq.sidecar._common import (
     decode_text,
     display_url,
     exchange,
+    header_value,
     is_json,
     json_bytes,
     parse_retry_after,
@@ -146,7 +149,11 @@ class HttpComponent:
     def __init__(self, settings: HttpSettings) -> None:
         self.settings = settings
         self.pool = PooledClient(
-            ClientSettings(settings.timeout_seconds, follow_redirects=settings.follow_redirects)
+            ClientSettings(
+                settings.timeout_seconds,
+                follow_redirects=settings.follow_redirects,
+                origin=settings.url,
+            )
         )
         self.what = f"{settings.name} ({settings.method} {display_url(settings.url)})"
 
@@ -190,10 +197,11 @@ class HttpComponent:
             "Runq-Component": self.settings.name,
             "Idempotency-Key": f"{ctx.run_id}:{ctx.attempt}",
         }
+        # Both come from callers (a JWT ``sub``, a session name): percent-encoded.
         if ctx.session_id:
-            headers["Runq-Session-Id"] = ctx.session_id
+            headers["Runq-Session-Id"] = header_value(ctx.session_id)
         if ctx.actor.user_id:
-            headers["Runq-User-Id"] = ctx.actor.user_id
+            headers["Runq-User-Id"] = header_value(ctx.actor.user_id)
         return headers
 
     async def _send(self, request: httpx.Request, what: str) -> tuple[httpx.Response, bytes]:

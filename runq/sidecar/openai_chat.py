@@ -21,7 +21,7 @@ prompt), optionally with ``"max_tokens"``. The answer is the assistant message's
 Usage (tokens, and a cost from ``prices``) is recorded as soon as the response is read, so
 the budget gate sees it before the next claim.
 
-Failures (seed 003): connection errors, timeouts, 408, 425, 429 and 5xx are retryable
+Failures: connection errors, timeouts, 408, 425, 429 and 5xx are retryable
 (``retry-after-ms`` / ``Retry-After`` honoured); so is a malformed response body, or
 content that is not JSON in JSON mode, because a provider glitch is not the run's fault.
 401/403, other 4xx, a refusal and a bad payload are permanent.

@@ -1,4 +1,4 @@
-"""The ``postgres`` transport: ``NOTIFY`` to wake, ``LISTEN`` in every replica (DESIGN §5).
+"""The ``postgres`` transport: ``NOTIFY`` to wake, ``LISTEN`` in every replica.
 
 ``Notifier`` coalesces wake-ups: a burst of submissions sends at most one ``NOTIFY`` per
 window (5 ms), and always one after the last request of a burst, so no submission is left
@@ -6,6 +6,13 @@ to the poll unless a NOTIFY fails. Cancels are sent at once. ``Listener`` holds 
 dedicated connection that ``LISTEN``s on the store's channel; when the connection is lost
 it reconnects with backoff, ``LISTEN``s again and wakes the claimers once (anything
 announced while it was away is found by that claim pass, or by the poll).
+
+During an outage every replica retries, so the retries must stay cheap for the database
+coming back and quiet for the operator: the delay doubles from ``RECONNECT_MIN`` up to
+``RECONNECT_MAX`` with jitter (replicas do not retry in step), and is reset only by a
+connection that held for ``KEEPALIVE_SECONDS``. The outage is logged once when it starts
+(warning) and once when it ends (info, with how long it lasted and how many attempts it
+took); each failed attempt in between is a debug line.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -29,6 +37,7 @@ log = get_logger(__name__)
 COALESCE_WINDOW = 0.005
 #: How often the listener proves its connection alive; a dead one is replaced.
 KEEPALIVE_SECONDS = 5.0
+#: The first reconnect delay and the cap the doubling stops at (seconds, before jitter).
 RECONNECT_MIN = 0.1
 RECONNECT_MAX = 5.0
 
@@ -107,16 +116,22 @@ class Listener:
         *,
         on_wake: Callable[[], None],
         on_cancel: Callable[[str], None],
+        reconnect_min: float = RECONNECT_MIN,
+        reconnect_max: float = RECONNECT_MAX,
     ) -> None:
         self._url = url
         self._channel = channel
         self._on_wake = on_wake
         self._on_cancel = on_cancel
+        self._reconnect_min = reconnect_min
+        self._reconnect_max = reconnect_max
         self.connected = False
         self.reconnects = 0
         self._listened_once = False
         self._started_reported = False
         self._connected_at = 0.0
+        self._held_for = 0.0
+        self._outage: _Outage | None = None
 
     def _dispatch(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         kind, run_id = parse_message(payload)
@@ -128,24 +143,52 @@ class Listener:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Listen until cancelled, reconnecting forever. Reports started after the first
         LISTEN (or the first failure, so a database outage never blocks the start)."""
-        delay = RECONNECT_MIN
+        delay = self._reconnect_min
         while True:
+            self._held_for = 0.0
+            failure: str | None = None
             try:
                 await self._listen_once(task_status)
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as e:
+                failure = str(e) or type(e).__name__
+            if self._held_for >= KEEPALIVE_SECONDS:
+                # A connection that held was a healthy period: this is a new outage.
+                delay = self._reconnect_min
+            if failure is not None:
                 STORE_ERRORS.labels(service="listener").inc()
-                log.warning(
-                    "listener.disconnected",
-                    error=str(e) or type(e).__name__,
-                    url=redact_url(self._url),
-                    retry_in=round(delay, 2),
-                )
-            if self._listened_once:
-                delay = RECONNECT_MIN if self.connected_for > KEEPALIVE_SECONDS else delay
+                self._note_failure(failure, delay)
             self._report_started(task_status)
             self.connected = False
             await anyio.sleep(delay * random.uniform(0.5, 1.0))
-            delay = min(delay * 2, RECONNECT_MAX)
+            delay = min(delay * 2, self._reconnect_max)
+
+    def _note_failure(self, error: str, delay: float) -> None:
+        """The first failure of an outage is a warning; the rest of it, debug lines."""
+        if self._outage is None:
+            self._outage = _Outage(started=anyio.current_time())
+            log.warning(
+                "listener.disconnected",
+                error=error,
+                url=redact_url(self._url),
+                retry_in=round(delay, 2),
+            )
+        else:
+            self._outage.failures += 1
+            log.debug("listener.retry_failed", error=error, retry_in=round(delay, 2))
+
+    def _note_connected(self) -> None:
+        """The end of an outage, logged once with its length and attempts."""
+        outage, self._outage = self._outage, None
+        if self._listened_once:
+            self.reconnects += 1
+            log.info(
+                "listener.reconnected",
+                channel=self._channel,
+                outage_seconds=None if outage is None else round(outage.seconds, 1),
+                failed_attempts=None if outage is None else outage.failures + 1,
+            )
+        else:
+            log.info("listener.listening", channel=self._channel)
 
     def _report_started(self, task_status: TaskStatus[None]) -> None:
         if not self._started_reported:
@@ -162,23 +205,18 @@ class Listener:
             await conn.add_listener(self._channel, self._dispatch)
             self.connected = True
             self._connected_at = anyio.current_time()
+            self._note_connected()
             if self._listened_once:
-                self.reconnects += 1
-                log.info("listener.reconnected", channel=self._channel)
                 self._on_wake()  # whatever was announced while away: one claim pass finds it
-            else:
-                log.info("listener.listening", channel=self._channel)
             self._listened_once = True
             self._report_started(task_status)
             await self._keepalive(conn, lost)
         finally:
+            if self.connected:
+                self._held_for = anyio.current_time() - self._connected_at
             self.connected = False
             with anyio.CancelScope(shield=True):
                 await _close_quietly(conn)
-
-    @property
-    def connected_for(self) -> float:
-        return anyio.current_time() - self._connected_at if self._listened_once else 0.0
 
     async def _keepalive(self, conn: Any, lost: anyio.Event) -> None:
         while True:
@@ -188,6 +226,16 @@ class Listener:
                 raise ConnectionError("listener connection closed")
             with anyio.fail_after(KEEPALIVE_SECONDS):
                 await conn.execute("SELECT 1")
+
+
+@dataclass
+class _Outage:
+    started: float
+    failures: int = 0
+
+    @property
+    def seconds(self) -> float:
+        return anyio.current_time() - self.started
 
 
 async def _close_quietly(conn: Any) -> None:

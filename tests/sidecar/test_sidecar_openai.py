@@ -1,5 +1,5 @@
 """``kind = "openai-chat"`` against a fake OpenAI-compatible server on 127.0.0.1: the
-request, the answer, usage and cost, JSON mode, and the failure classes of seed 003."""
+request, the answer, usage and cost, JSON mode, and which failures are retried and which are not."""
 
 from __future__ import annotations
 
