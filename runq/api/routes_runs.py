@@ -37,8 +37,9 @@ IdempotencyKey = Annotated[
         required=False,
         description=(
             "Makes the submission safe to retry: the same key from the same user answers "
-            f"with the original run. At most {MAX_IDEMPOTENCY_KEY_CHARS} characters (else 422); "
-            "reused for another component: 409."
+            f"with the original run. At most {MAX_IDEMPOTENCY_KEY_CHARS} characters (else 422) "
+            "of UTF-8 text without control or invisible characters (else 400); reused for "
+            "another component: 409."
         ),
     ),
 ]
