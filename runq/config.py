@@ -96,6 +96,10 @@ class HttpConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_body_bytes: int = 1_048_576
     #: A request's headers and body must arrive within this (slow clients are cut off).
     request_timeout_seconds: float = 30.0
+    #: Host names clients use besides the listen host, localhost and IP addresses ("*": any).
+    allowed_hosts: tuple[str, ...] = ()
+    #: The priorities a caller without the admin scope may ask for, inclusive.
+    user_priority_range: tuple[int, int] = (0, 100)
     jwt: JwtConfig = JwtConfig()
 
     @property
@@ -446,10 +450,28 @@ def _validate_queue(q: QueueConfig) -> None:
     _require(len(q.deployment_id) <= 200, "queue.deployment_id", "must be at most 200 characters")
 
 
+#: A host name, an IPv4 address or a bracketed IPv6 address, optionally with a port; or "*".
+_ALLOWED_HOST_RE = re.compile(
+    r"\*|[A-Za-z0-9._-]+(:\d{1,5})?|\[[0-9A-Fa-f:.]+\](:\d{1,5})?|[0-9A-Fa-f:.]+"
+)
+
+
 def _validate_http(h: HttpConfig) -> None:
     _require(h.auth in AUTH_MODES, "http.auth", f"{h.auth!r} is not one of {', '.join(AUTH_MODES)}")
     _require(h.max_body_bytes >= 1024, "http.max_body_bytes", "must be at least 1024")
     _require(h.request_timeout_seconds > 0, "http.request_timeout_seconds", "must be > 0")
+    for host in h.allowed_hosts:
+        _require(
+            _ALLOWED_HOST_RE.fullmatch(host) is not None,
+            "http.allowed_hosts",
+            f"{host[:100]!r} is not a host name or address (no scheme, path or spaces)",
+        )
+    low, high = h.user_priority_range
+    _require(
+        -1_000_000 <= low <= high <= 1_000_000,
+        "http.user_priority_range",
+        "must be [low, high] with low <= high, both within -1000000..1000000",
+    )
     if h.listen:
         host, _ = split_listen(h.listen)
         if h.auth == "open" and not is_loopback(host) and not h.allow_open_on_public:

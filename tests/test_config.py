@@ -460,3 +460,30 @@ def test_redact_url_hides_the_password() -> None:
     with pytest.raises(ConfigError) as excinfo:
         store_engine("mysql://root:s3cret@db/x")
     assert "s3cret" not in str(excinfo.value)
+
+
+def test_http_edge_settings_name_their_key(tmp_path: Path) -> None:
+    c = load_config(None, environ={})
+    assert c.http.allowed_hosts == ()
+    assert c.http.user_priority_range == (0, 100)
+    set_ = load(
+        '[http]\nallowed_hosts = ["runq.internal", "10.0.0.5:7777", "[::1]", "::1", "*"]\n'
+        "user_priority_range = [-10, 10]",
+        tmp=tmp_path,
+    )
+    assert set_.http.allowed_hosts[0] == "runq.internal"
+    assert set_.http.user_priority_range == (-10, 10)
+    from_env = load("", {"RUNQ_HTTP_USER_PRIORITY_RANGE": "5,50"}, tmp=tmp_path)
+    assert from_env.http.user_priority_range == (5, 50)
+    for text in (
+        'allowed_hosts = ["https://runq.internal"]',
+        'allowed_hosts = ["runq.internal/path"]',
+        'allowed_hosts = ["two words"]',
+        'allowed_hosts = [""]',
+        'allowed_hosts = ["host\\n"]',
+        "allowed_hosts = [1]",
+    ):
+        assert refused(f"[http]\n{text}", tmp_path).key.startswith("http.allowed_hosts"), text
+    for text in ("[10, 0]", "[0]", "[0, 1, 2]", "[-2000000, 0]", '["a", "b"]'):
+        error = refused(f"[http]\nuser_priority_range = {text}", tmp_path)
+        assert error.key.startswith("http.user_priority_range"), (text, error)

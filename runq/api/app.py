@@ -15,7 +15,9 @@ from litestar.openapi.spec import Components, SecurityScheme
 
 from runq.api import AUTHENTICATOR_STATE_KEY, SERVICES_STATE_KEY, ApiServices
 from runq.api.auth import build_authenticator
+from runq.api.edge import EdgePolicy, RequestEdge
 from runq.api.guards import provide_identity, provide_services
+from runq.api.json_body import JsonRequest
 from runq.api.problems import handle_exception
 from runq.api.routes_bulk import bulk_router
 from runq.api.routes_health import health_handlers
@@ -47,6 +49,9 @@ def create_app(services: ApiServices) -> Litestar:
         },
         state=State({SERVICES_STATE_KEY: services, AUTHENTICATOR_STATE_KEY: authenticator}),
         exception_handlers={Exception: handle_exception},
+        # Host, Origin and Content-Type are checked before routing guards or bodies.
+        middleware=[RequestEdge(EdgePolicy.from_config(http))],
+        request_class=JsonRequest,
         request_max_body_size=http.max_body_bytes,
         openapi_config=_openapi_config(),
         # runq configures logging itself; Litestar must not install handlers of its own.

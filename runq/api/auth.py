@@ -11,7 +11,10 @@ identity may do (``can_read``, ``can_continue`` ...), always from these flags.
   ``file:/path`` and compared in constant time. A key holder is an admin service account.
 - ``jwt``: a PyJWT-verified bearer token. ``sub`` becomes the user id, scopes come from the
   configured claim, ``exp`` and ``sub`` are required (a token that never expires is a
-  standing credential nobody can revoke).
+  standing credential nobody can revoke). ``sub`` must be printable text of at most
+  ``MAX_SUBJECT_CHARS`` characters: it is stored, logged, shown in terminals and sent to
+  sidecars as a header. An HMAC secret shorter than its hash (32 bytes for HS256) is
+  refused at start: a short secret can be brute-forced from any one token.
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ log = logging.getLogger("runq.api.auth")
 
 #: A key shorter than this is accepted (operators may have reasons) but logged at start.
 SHORT_KEY_CHARS = 16
+#: Longest JWT ``sub`` accepted as a user id.
+MAX_SUBJECT_CHARS = 256
+#: RFC 7518 3.2: an HMAC key at least as long as the hash output.
+HMAC_MIN_SECRET_BYTES = {"HS256": 32, "HS384": 48, "HS512": 64}
 #: Claim that marks a JWT subject as a service account (a machine client, not a person).
 SERVICE_ACCOUNT_CLAIM = "service_account"
 
@@ -65,7 +72,7 @@ class Identity:
 
     def owns(self, run: Run) -> bool:
         # A run without a user (service account, open mode) belongs to nobody in particular:
-        # only admins and approvers see it (seed 003, "History").
+        # only admins and approvers see it, or any token subject could claim it.
         return self.user_id is not None and run.user_id == self.user_id
 
     def can_see(self, run: Run) -> bool:
@@ -148,9 +155,7 @@ class JwtAuth:
 
     def authenticate(self, authorization: str | None) -> Identity:
         claims = self._decode(bearer_token(authorization))
-        subject = claims.get("sub")
-        if not isinstance(subject, str) or not subject:
-            raise Unauthenticated("the token's 'sub' claim must be a non-empty string")
+        subject = checked_subject(claims.get("sub"))
         scopes = scopes_from_claim(claims.get(self._config.scopes_claim))
         is_admin = self._config.admin_scope in scopes
         return Identity(
@@ -195,6 +200,24 @@ class JwtAuth:
         return claims
 
 
+def checked_subject(subject: object) -> str:
+    """The ``sub`` claim as a user id: printable text, no surrounding spaces, bounded length."""
+    if not isinstance(subject, str) or not subject:
+        raise Unauthenticated("the token's 'sub' claim must be a non-empty string")
+    if len(subject) > MAX_SUBJECT_CHARS:
+        raise Unauthenticated(
+            f"the token's 'sub' claim is longer than {MAX_SUBJECT_CHARS} characters"
+        )
+    # isprintable refuses control characters (C0, DEL, C1) and invisible format characters
+    # such as bidi overrides, which could make one user id look like another.
+    if not subject.isprintable() or subject != subject.strip():
+        raise Unauthenticated(
+            "the token's 'sub' claim must be printable text without control characters "
+            "or surrounding spaces"
+        )
+    return subject
+
+
 def scopes_from_claim(value: object) -> tuple[str, ...]:
     """A space-separated string (OAuth ``scope``) or a list of strings (``scp``, ``roles``)."""
     if isinstance(value, str):
@@ -236,7 +259,16 @@ def _refuse_open_on_public(http: HttpConfig) -> None:
 def _jwt_key(config: JwtConfig) -> str:
     """The HMAC secret for HS*, or the PEM public key for RS*/ES* (parsed now to fail early)."""
     if all(alg.startswith("HS") for alg in config.algorithms):
-        return read_secret(config.secret, key_name="http.jwt.secret")
+        secret = read_secret(config.secret, key_name="http.jwt.secret")
+        needed = max(HMAC_MIN_SECRET_BYTES.get(alg, 32) for alg in config.algorithms)
+        if len(secret.encode()) < needed:
+            raise ConfigError(
+                "http.jwt.secret",
+                f"the secret is {len(secret.encode())} bytes; {'/'.join(config.algorithms)} "
+                f"needs at least {needed} (a short HMAC secret can be guessed offline from "
+                "any one token)",
+            )
+        return secret
     pem = read_secret(config.public_key, key_name="http.jwt.public_key")
     try:
         load_pem_public_key(pem.encode())

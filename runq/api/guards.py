@@ -33,7 +33,11 @@ def services_of(connection: Connection) -> ApiServices:
 
 
 def require_worker(connection: Connection, _handler: BaseRouteHandler) -> None:
-    """``/queue`` on an API-only replica: 503 before anything else (seed 004)."""
+    """``/queue`` on an API-only replica: 503 before anything else.
+
+    The durable queue's operator surface is not enabled there; saying so comes first, so
+    the answer is the same whoever asks and no credentials are read for nothing.
+    """
     if not services_of(connection).worker_enabled:
         raise WorkerDisabled(
             "this replica runs no worker ([queue] worker = false); /queue is disabled"

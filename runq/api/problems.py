@@ -18,6 +18,7 @@ from litestar.openapi.datastructures import ResponseSpec
 
 from runq.api import SERVICES_STATE_KEY
 from runq.api.auth import Forbidden, Unauthenticated
+from runq.api.edge import HostNotAllowed, OriginNotAllowed, UnsupportedMediaType
 from runq.api.schemas import ErrorBody
 from runq.errors import (
     BadRequest,
@@ -34,6 +35,9 @@ from runq.errors import (
 )
 
 log = logging.getLogger("runq.api")
+
+#: Answers the edge checks (``runq.api.edge``) can give on any operation.
+EDGE_STATUSES = (415, 421)
 
 #: Seconds a client should wait before retrying a 429 or a 503.
 RETRY_AFTER_SECONDS = 5
@@ -53,6 +57,9 @@ class NotReady(RunqError):
 
 #: Most specific first: the first ``isinstance`` match decides.
 _RUNQ_ERRORS: tuple[tuple[type[RunqError], int, str], ...] = (
+    (HostNotAllowed, 421, "host_not_allowed"),
+    (OriginNotAllowed, 403, "origin_not_allowed"),
+    (UnsupportedMediaType, 415, "unsupported_media_type"),
     (Unauthenticated, 401, "unauthorized"),
     (Forbidden, 403, "forbidden"),
     (NotFound, 404, "not_found"),
@@ -158,20 +165,23 @@ def _log_bug(request: Request[Any, Any, Any], exc: Exception) -> None:
 
 
 def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
-    """OpenAPI entries for the error statuses an operation can answer, all ``ErrorBody``."""
+    """OpenAPI entries for the error statuses an operation can answer, all ``ErrorBody``;
+    the edge checks' statuses are added to every operation."""
     return {
         status: ResponseSpec(data_container=ErrorBody, description=_DESCRIPTIONS[status])
-        for status in statuses
+        for status in sorted({*statuses, *EDGE_STATUSES})
     }
 
 
 _DESCRIPTIONS: dict[int, str] = {
     400: "Malformed JSON, a body or parameter that fails validation, or a refused request",
     401: "Missing or invalid credentials",
-    403: "Authenticated, but not allowed",
+    403: "Authenticated, but not allowed; or a state-changing request from another Origin",
     404: "No such run, or not one the caller may see",
     409: "The run's state refuses the request, or an idempotency key reused for another component",
     413: "The body is larger than [http] max_body_bytes",
+    415: "A request body that is not JSON (Content-Type application/json or application/*+json)",
+    421: "The Host header names a host this server does not answer to ([http] allowed_hosts)",
     422: "The Idempotency-Key header is longer than 512 characters",
     429: "The queue holds [queue] max_queue_depth queued runs",
     503: "The database is unavailable, or (for /queue) this replica runs no worker",

@@ -23,6 +23,7 @@ log = logging.getLogger("runq.api")
     summary="Liveness",
     description="The process is alive (no database call).",
     tags=["health"],
+    responses=error_responses(),
 )
 async def healthz() -> HealthOut:
     return HealthOut(status="ok")
@@ -52,6 +53,7 @@ async def readyz(services: Services) -> HealthOut:
     summary="Prometheus metrics",
     media_type="text/plain",
     tags=["health"],
+    responses=error_responses(),
 )
 async def metrics(services: Services) -> Response[bytes]:
     # The exact Prometheus content type, set as a header: Litestar would append a second

@@ -1,4 +1,4 @@
-"""``/queue``: the operator surface of seed 004 (stats, job listing, one job, requeue).
+"""``/queue``: the operator surface (stats, job listing, one job, requeue).
 
 Guards, in this order: a replica without a worker answers 503 before anything else;
 then authentication (401); then the admin scope for JWT identities (403).
@@ -60,7 +60,8 @@ async def list_jobs(
         statuses=tuple(status or ()),
         page=page,
         limit=limit,
-        # The seed says unknown fields are ignored: fall back rather than refuse.
+        # Unknown fields are ignored, as documented (docs/http.md): the default order is
+        # more useful to a dashboard that sends its own sort keys than a 400.
         sort_by=sort_by if sort_by in SORTABLE_FIELDS else DEFAULT_SORT_BY,
         sort_order=sort_order,
     )

@@ -1,9 +1,9 @@
 """``/runs``: submit, read, cancel and continue runs, with per-caller visibility.
 
-Visibility (DESIGN §8, seed 003 "Whose rights"): admins see and open every run; holders
-of the approve scope see every run and may continue it but get no payload or answer;
-everyone else sees only their own runs and gets 404 for the rest, so the existence of
-another user's run is not disclosed.
+Visibility: admins see and open every run; holders of the approve scope see every run and
+may continue it (a decision needs no content) but get no payload or answer; everyone else
+sees only their own runs and gets 404 for the rest, so the existence of another user's
+run is not disclosed.
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ IdempotencyKey = Annotated[
         required=False,
         description=(
             "Makes the submission safe to retry: the same key from the same user answers "
-            f"with the original run. At most {MAX_IDEMPOTENCY_KEY_CHARS} characters (else 422); "
-            "reused for another component: 409."
+            f"with the original run. At most {MAX_IDEMPOTENCY_KEY_CHARS} characters (else 422) "
+            "of UTF-8 text without control or invisible characters (else 400); reused for "
+            "another component: 409."
         ),
     ),
 ]
@@ -57,7 +58,7 @@ IdempotencyKey = Annotated[
         200: ResponseSpec(
             data_container=SubmitAccepted, description="Executed inside the request (sync route)"
         ),
-        **error_responses(400, 401, 409, 413, 422, 429, 503),
+        **error_responses(400, 401, 403, 409, 413, 422, 429, 503),
     },
 )
 async def submit_run(
@@ -78,9 +79,10 @@ async def submit_run(
     return _submit_response(result, executed, inline=inline)
 
 
-def _checked_idempotency_key(key: str | None) -> str | None:
-    if key is None:
+def _checked_idempotency_key(raw: str | None) -> str | None:
+    if raw is None:
         return None
+    key = _header_text(raw, "Idempotency-Key")
     if len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
         raise IdempotencyKeyInvalid(
             f"Idempotency-Key is {len(key)} characters; "
@@ -88,7 +90,35 @@ def _checked_idempotency_key(key: str | None) -> str | None:
         )
     if not key.strip():
         raise BadRequest("Idempotency-Key must not be empty")
+    # The key is stored and shown by `runq jobs`: an escape sequence in it would reach the
+    # operator's terminal, and invisible characters would make two keys look alike.
+    if not key.isprintable():
+        raise BadRequest("Idempotency-Key must not contain control or invisible characters")
     return key
+
+
+def _header_text(raw: str, name: str) -> str:
+    """A header value as the client's UTF-8 text (ASGI servers hand it over as Latin-1)."""
+    try:
+        return raw.encode("latin-1").decode("utf-8")
+    except UnicodeError as e:
+        raise BadRequest(f"{name} must be UTF-8 text") from e
+
+
+def _checked_priority(requested: int | None, identity: Identity, services: ApiServices) -> int:
+    """Admins may ask for any priority; other callers only for ``[http] user_priority_range``
+    (lower runs first, so an unbounded priority would put one user ahead of everyone)."""
+    if identity.is_admin:
+        return 0 if requested is None else requested
+    low, high = services.config.http.user_priority_range
+    if requested is None:
+        return min(max(0, low), high)
+    if not low <= requested <= high:
+        raise BadRequest(
+            f"priority {requested} is outside {low}..{high} ([http] user_priority_range); "
+            "only an admin may set another"
+        )
+    return requested
 
 
 def _new_run(
@@ -105,7 +135,7 @@ def _new_run(
         idempotency_key=key,
         max_attempts=data.max_attempts,
         deployment_id=data.deployment_id or None,
-        priority=data.priority,
+        priority=_checked_priority(data.priority, identity, services),
         delay_seconds=data.delay_seconds,
         origin="http",
     )

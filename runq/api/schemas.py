@@ -54,8 +54,9 @@ class RunSubmission(Struct, kw_only=True, forbid_unknown_fields=True):
     max_attempts: Annotated[int, Meta(ge=1, le=MAX_ATTEMPTS_LIMIT)] | None = None
     #: Default: the accepting replica's ``[queue] deployment_id``.
     deployment_id: DeploymentName | None = None
-    #: Lower runs first.
-    priority: Annotated[int, Meta(ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)] = 0
+    #: Lower runs first. Absent or null: 0, moved into ``[http] user_priority_range`` for a
+    #: caller without the admin scope (who may only ask for priorities in that range).
+    priority: Annotated[int, Meta(ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)] | None = None
     delay_seconds: Annotated[float, Meta(ge=0, le=MAX_DELAY_SECONDS)] = 0.0
     #: False: follow the routing rule; on a ``sync`` route the run executes in the request.
     background: bool = True

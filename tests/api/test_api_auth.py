@@ -260,3 +260,44 @@ def test_identity_rights() -> None:
     assert not approver.can_cancel(theirs)
     assert approver.can_see(nobody)
     assert not approver.can_read_content(nobody)
+
+
+# -- identity cannot be borrowed -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "subject",
+    [
+        "alice\x00",
+        "ali\nce",
+        "\x1b]52;c;aGk=\x07",  # an OSC 52 clipboard write
+        "cli\u202e",  # right-to-left override
+        " cli",
+        "x" * 257,
+    ],
+)
+def test_identity_cannot_be_borrowed_sub_is_printable_and_bounded(subject: str) -> None:
+    with pytest.raises(Unauthenticated, match="sub"):
+        jwt_auth().authenticate(bearer(hs_token({"sub": subject})))
+
+
+def test_identity_sub_may_be_any_printable_text() -> None:
+    for subject in ("josé", "x" * 256, "user@example.com", "a b"):
+        assert jwt_auth().authenticate(bearer(hs_token({"sub": subject}))).user_id == subject
+
+
+@pytest.mark.parametrize(
+    ("algorithms", "length"), [(("HS256",), 31), (("HS384",), 47), (("HS256", "HS512"), 63)]
+)
+def test_identity_cannot_be_borrowed_short_hmac_secret_is_refused(
+    algorithms: tuple[str, ...], length: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RUNQ_TEST_SHORT_SECRET", "s" * length)
+    config = HttpConfig(
+        auth="jwt", jwt=JwtConfig(secret="env:RUNQ_TEST_SHORT_SECRET", algorithms=algorithms)
+    )
+    with pytest.raises(ConfigError, match=r"at least") as excinfo:
+        build_authenticator(config)
+    assert excinfo.value.key == "http.jwt.secret"
+    monkeypatch.setenv("RUNQ_TEST_SHORT_SECRET", "s" * (length + 1))
+    assert build_authenticator(config).mode == "jwt"

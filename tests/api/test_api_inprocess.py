@@ -64,7 +64,9 @@ async def queue(tmp_path: Path) -> AsyncIterator[Queue]:
 @pytest.fixture
 async def client_and_probe(queue: Queue) -> AsyncIterator[tuple[AsyncTestClient[Any], Probe]]:
     probe = Probe()
-    async with AsyncTestClient(app=create_app(services(queue, probe))) as client:
+    # localhost: the edge checks refuse the test client's default "testserver.local".
+    app = create_app(services(queue, probe))
+    async with AsyncTestClient(app=app, base_url="http://localhost") as client:
         yield client, probe
 
 

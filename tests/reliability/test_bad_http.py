@@ -77,7 +77,7 @@ def first_line(data: bytes) -> str:
     return data.split(b"\r\n", 1)[0].decode("latin-1") if data else "(closed, no answer)"
 
 
-POST = b"POST /runs HTTP/1.1\r\nHost: runq\r\nContent-Type: application/json\r\n"
+POST = b"POST /runs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
 
 
 async def oversized_announced(server: RunqServer, seen: Observed) -> None:
