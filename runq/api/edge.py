@@ -123,7 +123,11 @@ def has_body(headers: Headers) -> bool:
     return "transfer-encoding" in headers
 
 
-def check_request(policy: EdgePolicy, method: str, headers: Headers) -> None:
+#: The console's pages post HTML forms (urlencoded); they carry a CSRF token instead.
+FORM_PATH_PREFIX = "/ui/"
+
+
+def check_request(policy: EdgePolicy, method: str, headers: Headers, path: str = "") -> None:
     """Raise the refusal for a request that fails an edge check; return if it passes."""
     host_header = headers.get("host")
     # No Host at all is an HTTP/1.0 client, never a browser (browsers always send one).
@@ -132,7 +136,7 @@ def check_request(policy: EdgePolicy, method: str, headers: Headers) -> None:
     origin = headers.get("origin")
     if method in STATE_CHANGING_METHODS and origin is not None:
         _check_origin(method, origin, host_header)
-    if has_body(headers):
+    if has_body(headers) and not path.startswith(FORM_PATH_PREFIX):
         _check_media_type(headers.get("content-type", ""))
 
 
@@ -171,5 +175,6 @@ class RequestEdge(ASGIMiddleware):
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
         method = str(scope.get("method", "GET")).upper()
-        check_request(self.policy, method, Headers.from_scope(scope))
+        path = str(scope.get("path", ""))
+        check_request(self.policy, method, Headers.from_scope(scope), path)
         await next_app(scope, receive, send)

@@ -125,10 +125,18 @@ def _http_detail(request: Request[Any, Any, Any], exc: HTTPException) -> str:
     return str(exc.detail)
 
 
-def _runq_error(exc: RunqError) -> Response[ErrorBody]:
+def runq_error_status(exc: RunqError) -> tuple[int, str] | None:
+    """The HTTP status and error word for a runq error, or None for one with no mapping."""
     for family, status, word in _RUNQ_ERRORS:
         if isinstance(exc, family):
-            return error_response(status, word, str(exc))
+            return status, word
+    return None
+
+
+def _runq_error(exc: RunqError) -> Response[ErrorBody]:
+    mapped = runq_error_status(exc)
+    if mapped is not None:
+        return error_response(mapped[0], mapped[1], str(exc))
     if isinstance(exc, SealError):
         # Names the run and column, never the value: safe to answer and to log.
         log.error("sealed value failed to open: %s", exc)

@@ -17,16 +17,8 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.response import Redirect
 
-from runq.api.auth import Forbidden, Unauthenticated
-from runq.api.problems import validation_detail
-from runq.errors import (
-    BadRequest,
-    Conflict,
-    NotFound,
-    QueueFull,
-    RunqError,
-    StoreUnavailable,
-)
+from runq.api.problems import runq_error_status, validation_detail
+from runq.errors import RunqError
 from runq.ui.render import render
 from runq.ui.session import CsrfRefused, SignInRequired, identify
 
@@ -40,28 +32,20 @@ _TITLES: dict[int, str] = {
     405: "Not allowed here",
     409: "Not possible in the run's current state",
     413: "Too large",
+    415: "Not a form this page takes",
+    421: "Wrong address for this server",
     429: "The queue is full",
     500: "Something went wrong",
     503: "Unavailable",
 }
 
-_RUNQ_STATUSES: tuple[tuple[type[RunqError], int], ...] = (
-    (CsrfRefused, 403),
-    (Forbidden, 403),
-    (Unauthenticated, 401),
-    (NotFound, 404),
-    (Conflict, 409),
-    (BadRequest, 400),
-    (QueueFull, 429),
-    (StoreUnavailable, 503),
-)
-
 
 def status_of(error: RunqError) -> int:
-    for family, status in _RUNQ_STATUSES:
-        if isinstance(error, family):
-            return status
-    return 500
+    """The API's status for the error (one table, in ``runq.api.problems``); 403 for CSRF."""
+    if isinstance(error, CsrfRefused):
+        return 403
+    mapped = runq_error_status(error)
+    return 500 if mapped is None else mapped[0]
 
 
 def error_page(request: Request[Any, Any, Any], status: int, detail: str) -> Response[Any]:
