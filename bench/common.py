@@ -85,12 +85,29 @@ class HandlerProbe:
         self.calls = 0
         self.first_wall: float | None = None
         self.first_cpu: float | None = None
+        self.first_times: os.times_result | None = None
 
     def hit(self) -> None:
         if self.first_wall is None:
             self.first_wall = time.time()
             self.first_cpu = time.process_time()
+            self.first_times = os.times()
         self.calls += 1
+
+    def cpu_since_first_call(self, runs: int) -> dict[str, Any]:
+        """This process's CPU from the first handler call until now, per run, in total and
+        split in user and system time (the kernel's share: socket writes and reads, epoll)."""
+        cpu_end, times_end = time.process_time(), os.times()
+        if self.first_cpu is None or self.first_times is None:
+            return {"worker_cpu_s": None, "cpu_per_run_ms": None}
+        user = times_end.user - self.first_times.user
+        system = times_end.system - self.first_times.system
+        return {
+            "worker_cpu_s": round(cpu_end - self.first_cpu, 3),
+            "cpu_per_run_ms": cpu_per_run_ms(cpu_end - self.first_cpu, runs),
+            "cpu_user_per_run_ms": cpu_per_run_ms(user, runs),
+            "cpu_sys_per_run_ms": cpu_per_run_ms(system, runs),
+        }
 
 
 #: The probe of this process: bench_components and the peers' handlers call ``PROBE.hit()``.
@@ -327,7 +344,10 @@ def percentile(sorted_values: Sequence[float], p: float) -> float:
 
 def latency_summary(latencies_s: Sequence[float]) -> dict[str, float]:
     v = sorted(latencies_s)
-    ms = lambda x: round(x * 1000, 2)  # noqa: E731
+
+    def ms(x: float) -> float:
+        return round(x * 1000, 2)
+
     return {
         "n": len(v),
         "p50_ms": ms(percentile(v, 50)),

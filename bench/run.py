@@ -143,7 +143,8 @@ def ensure_peers(reinstall: bool) -> dict[str, str]:
         capture_output=True,
         text=True,
     )
-    return json.loads(out.stdout)
+    versions: dict[str, str] = json.loads(out.stdout)
+    return versions
 
 
 def machine_info(dsn_versions: dict[str, str]) -> dict[str, Any]:

@@ -234,16 +234,14 @@ async def inproc_drain(
                 poll=0.1,
                 label="runq drain (in-process)",
             )
-            cpu_end = time.process_time()
+            cpu = probe.cpu_since_first_call(n)
     finally:
         spy.stop()
         sampler.stop()
-    cpu = None if probe.first_cpu is None else cpu_end - probe.first_cpu
     return {
         **polled,
         "first_call": probe.first_wall,
-        "worker_cpu_s": round(cpu or 0.0, 3),
-        "cpu_per_run_ms": common.cpu_per_run_ms(cpu, n),
+        **cpu,
         "worker_peak_rss_mb": sampler.peak_mb,
         "worker_exit": 0,
     }

@@ -246,16 +246,14 @@ async def inproc_drain(
                 worker=worker.alive,
                 label="procrastinate drain (in-process)",
             )
-            cpu_end = time.process_time()
+            cpu = probe.cpu_since_first_call(polled["completed"])
     finally:
         spy.stop()
         sampler.stop()
-    cpu = None if probe.first_cpu is None else cpu_end - probe.first_cpu
     return {
         **polled,
         "first_call": probe.first_wall,
-        "worker_cpu_s": round(cpu or 0.0, 3),
-        "cpu_per_run_ms": common.cpu_per_run_ms(cpu, polled["completed"]),
+        **cpu,
         "worker_peak_rss_mb": sampler.peak_mb,
     }
 
