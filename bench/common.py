@@ -170,8 +170,14 @@ def cpu_per_run_ms(cpu_s: float | None, runs: int) -> float | None:
 
 
 class PySpy:
-    """Optional profile: ``py-spy record`` attached to ``pid`` (this process for an
-    in-process worker). The py-spy binary of the project's .venv serves every venv."""
+    """Optional profile: ``py-spy record --gil`` attached to ``pid`` (this process for an
+    in-process worker). The py-spy binary of the project's .venv serves every venv.
+
+    ``--gil`` keeps only samples of a thread holding the GIL, i.e. Python running: on a
+    shared machine a thread that returned from epoll or wrote to PostgreSQL's socket (and
+    woke it) often waits for a core with that frame on its stack, which sampling would
+    count as work. Time in system calls is measured instead as the worker's system CPU
+    (``os.times``)."""
 
     def __init__(self, out: str | None, pid: int, *, rate: int = 250) -> None:
         self.proc: subprocess.Popen[Any] | None = None
@@ -189,6 +195,7 @@ class PySpy:
             [
                 str(spy),
                 "record",
+                "--gil",
                 "--pid",
                 str(pid),
                 "--rate",
