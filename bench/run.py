@@ -350,7 +350,9 @@ def median_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
         nums = [
             v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
         ]
-        if nums and len(nums) == len(values):
+        if values and all(v == values[0] for v in values):
+            out[key] = values[0]  # a constant (runs, version): kept as it is
+        elif nums and len(nums) == len(values):
             out[key] = round(statistics.median(nums), 3)
         elif key == "partial":
             out[key] = any(values)
