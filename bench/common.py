@@ -48,7 +48,7 @@ XACT_SQL = (
 def peer_parser() -> argparse.ArgumentParser:
     """The command line every peer script takes: a driver (``run``) or its ``worker``."""
     p = argparse.ArgumentParser()
-    p.add_argument("role", choices=["run", "worker"])
+    p.add_argument("role", choices=["run", "worker", "produce"])
     p.add_argument("--dsn", required=True)
     p.add_argument("--workload", default="W1")
     p.add_argument("--runs", type=int, default=W1_RUNS)
@@ -64,7 +64,160 @@ def peer_parser() -> argparse.ArgumentParser:
     p.add_argument("--logdir", default="/tmp")
     p.add_argument("--latency-file", default="")
     p.add_argument("--expect", type=int, default=0)
+    p.add_argument(
+        "--inproc",
+        action="store_true",
+        help="host the worker in this process on the standard asyncio loop (no uvloop)",
+    )
+    p.add_argument("--pyspy", default=None, help="py-spy the worker into this file")
     return p
+
+
+# -- the in-process variant ----------------------------------------------------------------
+
+
+class HandlerProbe:
+    """What the no-op handler of an in-process worker notes: when it was first called
+    (wall clock and this process's CPU time) and how often. The drain of the in-process
+    variant is timed from that first call, and its CPU per run counted from it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.first_wall: float | None = None
+        self.first_cpu: float | None = None
+        self.first_times: os.times_result | None = None
+
+    def hit(self) -> None:
+        if self.first_wall is None:
+            self.first_wall = time.time()
+            self.first_cpu = time.process_time()
+            self.first_times = os.times()
+        self.calls += 1
+
+    def cpu_since_first_call(self, runs: int) -> dict[str, Any]:
+        """This process's CPU from the first handler call until now, per run, in total and
+        split in user and system time (the kernel's share: socket writes and reads, epoll)."""
+        cpu_end, times_end = time.process_time(), os.times()
+        if self.first_cpu is None or self.first_times is None:
+            return {"worker_cpu_s": None, "cpu_per_run_ms": None}
+        user = times_end.user - self.first_times.user
+        system = times_end.system - self.first_times.system
+        return {
+            "worker_cpu_s": round(cpu_end - self.first_cpu, 3),
+            "cpu_per_run_ms": cpu_per_run_ms(cpu_end - self.first_cpu, runs),
+            "cpu_user_per_run_ms": cpu_per_run_ms(user, runs),
+            "cpu_sys_per_run_ms": cpu_per_run_ms(system, runs),
+        }
+
+
+#: The probe of this process: bench_components and the peers' handlers call ``PROBE.hit()``.
+PROBE = HandlerProbe()
+
+
+class TaskAlive:
+    """``drain_watch``'s liveness check (``poll()`` like a ``Popen``) for a worker task
+    hosted in this process: a worker that died fails the drain instead of hanging it."""
+
+    def __init__(self, task: asyncio.Future[Any]) -> None:
+        self.task = task
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if not self.task.done():
+            return None
+        self.returncode = 1 if self.task.cancelled() or self.task.exception() else 0
+        return self.returncode
+
+
+async def run_producer(cmd: list[str], log_path: Path) -> dict[str, Any]:
+    """Run a ``produce`` subprocess to its end (its output to ``log_path``); its RESULT."""
+    proc = await asyncio.create_subprocess_exec(
+        *cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    out, _ = await proc.communicate()
+    log_path.write_bytes(out)  # noqa: ASYNC240 - once, after the producer ended
+    results = [ln for ln in out.decode(errors="replace").splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not results:
+        log(tail(log_path))
+        raise RuntimeError(f"the producer failed (exit {proc.returncode}); log {log_path}")
+    result: dict[str, Any] = json.loads(results[-1][7:])
+    return result
+
+
+async def wait_until(
+    condition: Callable[[], bool], *, seconds: float, alive: TaskAlive, label: str
+) -> None:
+    """Wait for ``condition()`` with a deadline; fails when the worker task ended."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline or alive.poll() is not None:
+            raise TimeoutError(f"{label}: not done after {seconds}s or the worker ended")
+        await asyncio.sleep(0.05)
+
+
+def inproc_rate(done: int, first_call: float | None, last_commit: float | None) -> float | None:
+    """Runs per second from the first handler call to the last completion committed."""
+    if first_call is None or last_commit is None or last_commit <= first_call:
+        return None
+    return round(done / (last_commit - first_call), 1)
+
+
+def cpu_per_run_ms(cpu_s: float | None, runs: int) -> float | None:
+    """Worker CPU milliseconds per run (``cpu_s`` measured across the drain only)."""
+    if cpu_s is None or runs <= 0:
+        return None
+    return round(cpu_s * 1000 / runs, 4)
+
+
+class PySpy:
+    """Optional profile: ``py-spy record --gil`` attached to ``pid`` (this process for an
+    in-process worker). The py-spy binary of the project's .venv serves every venv.
+
+    ``--gil`` keeps only samples of a thread holding the GIL, i.e. Python running: on a
+    shared machine a thread that returned from epoll or wrote to PostgreSQL's socket (and
+    woke it) often waits for a core with that frame on its stack, which sampling would
+    count as work. Time in system calls is measured instead as the worker's system CPU
+    (``os.times``)."""
+
+    def __init__(self, out: str | None, pid: int, *, rate: int = 250) -> None:
+        self.proc: subprocess.Popen[Any] | None = None
+        if not out:
+            return
+        spy = BENCH_DIR.parent / ".venv" / "bin" / "py-spy"
+        fmt = (
+            "raw"
+            if out.endswith(".txt")
+            else "speedscope"
+            if out.endswith(".json")
+            else "flamegraph"
+        )
+        self.proc = subprocess.Popen(
+            [
+                str(spy),
+                "record",
+                "--gil",
+                "--pid",
+                str(pid),
+                "--rate",
+                str(rate),
+                "--format",
+                fmt,
+                "--output",
+                out,
+                "--nonblocking",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(0.5)  # attached before the measured work starts
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
 
 
 def write_json_atomically(path: str | Path, value: Any) -> None:
@@ -125,6 +278,24 @@ def proc_cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
+class CpuFromFirstProgress:
+    """A worker subprocess's CPU across its drain: sampled at the first poll that saw
+    progress (``drain_watch(on_first_progress=...)``) and at the end, so its start-up
+    (imports, migrations, connecting) is left out, as the in-process variant leaves it out."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.first: float | None = None
+
+    def __call__(self, left: int) -> None:
+        self.first = proc_cpu_seconds(self.pid)
+
+    def per_run_ms(self, polled: dict[str, Any], end_cpu: float | None) -> float | None:
+        if self.first is None or end_cpu is None:
+            return None
+        return cpu_per_run_ms(end_cpu - self.first, polled["runs_after_first_progress"])
+
+
 class RssSampler:
     """Samples the resident set of one process on a thread; ``peak_mb`` also reads VmHWM."""
 
@@ -180,7 +351,10 @@ def percentile(sorted_values: Sequence[float], p: float) -> float:
 
 def latency_summary(latencies_s: Sequence[float]) -> dict[str, float]:
     v = sorted(latencies_s)
-    ms = lambda x: round(x * 1000, 2)  # noqa: E731
+
+    def ms(x: float) -> float:
+        return round(x * 1000, 2)
+
     return {
         "n": len(v),
         "p50_ms": ms(percentile(v, 50)),
@@ -200,12 +374,15 @@ async def drain_watch(
     timeout: float,  # noqa: ASYNC109 - a deadline for the whole drain
     cap: float | None = None,
     poll: float = 0.2,
-    worker: subprocess.Popen[Any] | None = None,
+    worker: subprocess.Popen[Any] | TaskAlive | None = None,
     label: str = "drain",
+    on_first_progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Poll ``remaining()`` until it is 0. ``timeout`` (from the call) is a failure; ``cap``
     (from the first progress) ends the measurement early, which is reported as ``partial``
     (a peer too slow to drain the whole workload in the time the bench allows it).
+    ``on_first_progress(left)`` is called at the first poll that saw progress (a worker
+    subprocess's CPU is counted from there).
 
     Returns the polled window, from the first poll that saw progress to the last poll."""
     deadline = time.monotonic() + timeout
@@ -218,6 +395,8 @@ async def drain_watch(
         now = time.monotonic()
         if t_first is None and left < total:
             t_first, left_first = now, left
+            if on_first_progress is not None:
+                on_first_progress(left)
         if left == 0:
             break
         if t_first is not None and cap is not None and now - t_first > cap:
@@ -238,6 +417,7 @@ async def drain_watch(
         "partial": partial,
         "polled_seconds": round(span, 3),
         "polled_rate": round((left_first - left) / span, 1),
+        "runs_after_first_progress": left_first - left,
     }
 
 

@@ -4,7 +4,14 @@
     python3 bench/run.py                 # full run: 3 repetitions, about 10 minutes on 2 cores
     python3 bench/run.py --quick         # smaller workloads, 1 repetition (development)
     python3 bench/run.py --only W1,W2    # a selection (W1 W2 W3 W4 floor mem)
-    python3 bench/run.py --profile       # also py-spy the runq worker during one W1 drain
+    python3 bench/run.py --only W1 --variant inproc --repeat 1   # one quick look
+    python3 bench/run.py --profile       # also py-spy the workers during one W1 drain
+
+Two variants of W1-W3: ``subprocess`` (runq as a ``runq serve`` subprocess on uvloop, the
+peers' workers as their own subprocesses, PgQueuer on uvloop as ``pgq run``) and
+``inproc`` (every worker hosted in the benchmark process on the standard asyncio loop,
+drain timed from the first handler call to the last completion committed). Both report
+worker CPU per run.
 
 It re-executes itself with the project's .venv, creates bench/.peers/venv (the peers are
 never dependencies of runq) and installs the peers there, then runs every workload for
@@ -46,14 +53,28 @@ RESULTS = BENCH / "results"
 DEFAULT_DSN = os.environ.get("RUNQ_BENCH_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
 WORKLOADS = ["W1", "W2", "W3", "W4", "floor", "mem"]
+VARIANTS = ["subprocess", "inproc"]
+#: The system name of a worker hosted in the benchmark process (standard asyncio loop).
+INPROC = "_inproc"
+PEERS = ["runq", "pgqueuer", "procrastinate"]
 SYSTEMS = {
-    "W1": ["runq", "pgqueuer", "procrastinate"],
-    "W2": ["runq", "pgqueuer", "procrastinate"],
-    "W3": ["runq", "pgqueuer", "procrastinate"],
+    "W1": [*PEERS, *(s + INPROC for s in PEERS)],
+    "W2": [*PEERS, *(s + INPROC for s in PEERS)],
+    "W3": [*PEERS, *(s + INPROC for s in PEERS)],
     "W4": ["runq"],
     "floor": ["floor", "floor_fused"],
     "mem": ["runq"],
 }
+
+
+def variant_of(system: str) -> str:
+    return "inproc" if system.endswith(INPROC) else "subprocess"
+
+
+def label_of(system: str) -> str:
+    base = system.removesuffix(INPROC)
+    return f"{base} (in-process)" if system.endswith(INPROC) else base
+
 
 TARGETS = [
     # (key, description, op, threshold)
@@ -65,7 +86,33 @@ TARGETS = [
     ("w4_sqlite_vs_pgqueuer_w1", "W4 SQLite drain / PgQueuer W1 drain", ">=", 1.0),
     ("w1_vs_floor", "runq W1 drain / floor", ">=", 0.6),
     ("mem_growth", "worker RSS after 100,000 / after 1,000", "<=", 1.5),
+    # The decisive comparison: every worker in-process on the standard asyncio loop.
+    ("inproc_w1_drain_vs_pgqueuer", "in-process W1 drain: runq / PgQueuer", ">=", 3.0),
+    ("inproc_w1_submit_vs_pgqueuer", "in-process W1 bulk submit: runq / PgQueuer", ">=", 1.5),
+    (
+        "inproc_w1_cpu_vs_pgqueuer",
+        "in-process W1 worker CPU per run: runq / PgQueuer (lower is better)",
+        "<=",
+        1.0,
+    ),
+    (
+        "inproc_w2_p50_vs_pgqueuer",
+        "in-process W2 p50: runq / PgQueuer (lower is better)",
+        "<=",
+        1.0,
+    ),
+    (
+        "inproc_w2_p99_vs_pgqueuer",
+        "in-process W2 p99: runq / PgQueuer (lower is better)",
+        "<=",
+        1.0,
+    ),
+    ("inproc_w3_vs_w1", "in-process W3 drain / W1 drain (runq)", ">=", 0.9),
 ]
+
+
+#: The workers ``--profile`` attaches py-spy to, each during its first W1 drain.
+PROFILED = ["runq", "runq" + INPROC, "pgqueuer" + INPROC]
 
 
 def say(msg: str) -> None:
@@ -96,7 +143,8 @@ def ensure_peers(reinstall: bool) -> dict[str, str]:
         capture_output=True,
         text=True,
     )
-    return json.loads(out.stdout)
+    versions: dict[str, str] = json.loads(out.stdout)
+    return versions
 
 
 def machine_info(dsn_versions: dict[str, str]) -> dict[str, Any]:
@@ -206,12 +254,15 @@ def command(
     for key in ("final", "foreign"):
         if key in size:
             opts += [f"--{key}", str(size[key])]
-    if system == "runq":
-        if profile:
-            opts += ["--pyspy", profile]
+    if system.endswith(INPROC):
+        opts += ["--inproc"]
+    if profile:
+        opts += ["--pyspy", profile]
+    base = system.removesuffix(INPROC)
+    if base == "runq":
         return [sys.executable, str(BENCH / "runq_bench.py"), "run", *opts]
     opts += ["--cap", str(args.cap)]
-    return [str(PEER_PY), str(BENCH / "peers" / f"{system}_bench.py"), "run", *opts]
+    return [str(PEER_PY), str(BENCH / "peers" / f"{base}_bench.py"), "run", *opts]
 
 
 async def measure(
@@ -223,7 +274,9 @@ async def measure(
     logdir: Path,
     profile: str | None = None,
 ) -> dict[str, Any]:
-    name = f"bench_{system}_{workload}_{rep}".lower()
+    # The pid keeps two bench runs on one PostgreSQL (other checkouts) off each other's
+    # databases: each drops its own with FORCE.
+    name = f"bench{os.getpid()}_{system}_{workload}_{rep}".lower()
     dsn = db_url(args.dsn, name)
     await recreate_db(args.dsn, name)
     try:
@@ -297,7 +350,9 @@ def median_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
         nums = [
             v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
         ]
-        if nums and len(nums) == len(values):
+        if values and all(v == values[0] for v in values):
+            out[key] = values[0]  # a constant (runs, version): kept as it is
+        elif nums and len(nums) == len(values):
             out[key] = round(statistics.median(nums), 3)
         elif key == "partial":
             out[key] = any(values)
@@ -349,6 +404,31 @@ RATIOS: dict[str, tuple[tuple[str, str, str], tuple[str, str, str]]] = {
 }
 
 
+def _inproc_ratios() -> None:
+    """The same ratios between in-process workers (``inproc_...``), plus CPU per run."""
+    for name, ((wn, sn, kn), (wd, sd, kd)) in list(RATIOS.items()):
+        if {sn, sd} <= set(PEERS):
+            RATIOS["inproc_" + name] = ((wn, sn + INPROC, kn), (wd, sd + INPROC, kd))
+    for peer in PEERS[1:]:
+        for w in ("W1", "W3"):
+            RATIOS[f"{w.lower()}_cpu_vs_{peer}"] = (
+                (w, "runq", "cpu_per_run_ms"),
+                (w, peer, "cpu_per_run_ms"),
+            )
+            RATIOS[f"inproc_{w.lower()}_cpu_vs_{peer}"] = (
+                (w, "runq" + INPROC, "cpu_per_run_ms"),
+                (w, peer + INPROC, "cpu_per_run_ms"),
+            )
+    for peer in PEERS:
+        RATIOS[f"{peer}_w1_inproc_vs_subprocess"] = (
+            ("W1", peer + INPROC, "drain_rate"),
+            ("W1", peer, "drain_rate"),
+        )
+
+
+_inproc_ratios()
+
+
 def summarize(med: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
     def g(w: str, s: str, k: str) -> Any:
         return med.get(w, {}).get(s, {}).get(k)
@@ -386,19 +466,24 @@ def render(
         f"PostgreSQL {meta['machine']['postgresql']}, {meta['repetitions']} repetition(s), "
         f"{'quick' if meta['quick'] else 'full'} sizes; medians",
         "",
-        "| workload | system | runs | submit runs/s | drain runs/s "
+        "| workload | system | runs | submit runs/s | drain runs/s | worker CPU ms/run "
         "| p50 ms | p95 ms | p99 ms | max ms | worker peak RSS MB |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for w in WORKLOADS:
         for s in SYSTEMS[w]:
             m = med.get(w, {}).get(s)
             if not m:
                 continue
-            label = s + (" (SQLite)" if w == "W4" else "") + (" *" if m.get("partial") else "")
+            label = (
+                label_of(s)
+                + (" (SQLite)" if w == "W4" else "")
+                + (" *" if m.get("partial") else "")
+            )
             lines.append(
                 f"| {w} | {label} | {fmt(m.get('runs'))} | {fmt(m.get('submit_rate'), 0)} | "
-                f"{fmt(m.get('drain_rate'), 0)} | {fmt(m.get('p50_ms'), 2)} | "
+                f"{fmt(m.get('drain_rate'), 0)} | {fmt(m.get('cpu_per_run_ms'), 3)} | "
+                f"{fmt(m.get('p50_ms'), 2)} | "
                 f"{fmt(m.get('p95_ms'), 2)} | {fmt(m.get('p99_ms'), 2)} | "
                 f"{fmt(m.get('max_ms'), 2)} | {fmt(m.get('worker_peak_rss_mb'))} |"
             )
@@ -427,13 +512,63 @@ def render(
             f"runq runs in flight at once (from started_at/completed_at; limit "
             f"{meta['concurrency']}): {', '.join(flights)}.",
         ]
+    lines += head_to_head(med, ratios)
     lines += ["", "| target | ratio | goal | result |", "| --- | ---: | ---: | --- |"]
     for key, desc, op, thr in TARGETS:
         v = ratios.get(key)
+        if v is None:
+            continue
         lines.append(f"| {desc} | {fmt(v, 2)} | {op} {thr} | {check(v, op, thr)} |")
-    extra = [k for k in ratios if k not in {t[0] for t in TARGETS}]
+    extra = [k for k in ratios if k not in {t[0] for t in TARGETS} and ratios[k] is not None]
     lines += ["", "Other ratios: " + ", ".join(f"{k} {fmt(ratios[k], 2)}" for k in extra)]
     return "\n".join(lines)
+
+
+#: The head-to-head table: (row, workload, metric, ratio key, goal, digits).
+HEAD_TO_HEAD = [
+    ("W1 drain, runs/s", "W1", "drain_rate", "w1_drain_vs_pgqueuer", ">= 3x", 0),
+    ("W1 bulk submit, runs/s", "W1", "submit_rate", "w1_submit_vs_pgqueuer", ">= 1.5x", 0),
+    ("worker CPU per run, ms", "W1", "cpu_per_run_ms", "w1_cpu_vs_pgqueuer", "<= 1x", 3),
+    ("W2 start latency p50, ms", "W2", "p50_ms", "w2_p50_vs_pgqueuer", "<= 1x", 2),
+    ("W2 start latency p99, ms", "W2", "p99_ms", "w2_p99_vs_pgqueuer", "<= 1x", 2),
+    ("W3 drain, runs/s", "W3", "drain_rate", "w3_drain_vs_pgqueuer", "", 0),
+]
+
+
+def head_to_head(med: dict[str, dict[str, dict[str, Any]]], ratios: dict[str, Any]) -> list[str]:
+    """runq against PgQueuer, both variants side by side (the issue's table)."""
+
+    def g(w: str, s: str, k: str) -> Any:
+        return med.get(w, {}).get(s, {}).get(k)
+
+    out = [
+        "",
+        "| | runq in-process | PgQueuer in-process | ratio | runq subprocess "
+        "| PgQueuer subprocess | ratio | goal (in-process) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    shown = False
+    for row, w, k, key, goal, digits in HEAD_TO_HEAD:
+        cells = [
+            fmt(g(w, "runq" + INPROC, k), digits),
+            fmt(g(w, "pgqueuer" + INPROC, k), digits),
+            fmt(ratios.get("inproc_" + key), 2),
+            fmt(g(w, "runq", k), digits),
+            fmt(g(w, "pgqueuer", k), digits),
+            fmt(ratios.get(key), 2),
+        ]
+        if all(c == "-" for c in cells):
+            continue
+        shown = True
+        out.append(f"| {row} | {' | '.join(cells)} | {goal} |")
+    w3 = [ratios.get("inproc_w3_vs_w1"), ratios.get("inproc_w3_vs_w1_pgqueuer")]
+    w3s = [ratios.get("w3_vs_w1"), ratios.get("w3_vs_w1_pgqueuer")]
+    if any(v is not None for v in w3 + w3s):
+        out.append(
+            f"| W3 drain ÷ W1 drain | {fmt(w3[0], 2)} | {fmt(w3[1], 2)} | | {fmt(w3s[0], 2)} "
+            f"| {fmt(w3s[1], 2)} | | >= 0.9 |"
+        )
+    return out if shown else []
 
 
 # -- main -----------------------------------------------------------------------------------
@@ -448,6 +583,7 @@ async def main_async(args: argparse.Namespace) -> int:
         say(f"unknown workload(s) {unknown}; choose from {WORKLOADS}")
         return 2
     reps = args.reps or (1 if args.quick else 3)
+    variants = VARIANTS if args.variant == "both" else [args.variant]
     size = sizes(args.quick)
     versions = ensure_peers(args.reinstall_peers)
     machine = machine_info({**versions, **(await pg_info(args.dsn))})
@@ -473,15 +609,17 @@ async def main_async(args: argparse.Namespace) -> int:
             if w == "mem" and rep > 1:
                 continue  # one long drain is the measurement
             for s in SYSTEMS[w]:
-                plan.append((rep, w, s))
+                if variant_of(s) in variants:
+                    plan.append((rep, w, s))
     raw: dict[str, dict[str, list[dict[str, Any]]]] = {}
     failures: list[str] = []
-    profiled = False
+    profiled: list[Path] = []
     for i, (rep, w, s) in enumerate(plan, 1):
         profile = None
-        if args.profile and not profiled and w == "W1" and s == "runq":
-            profile = str(RESULTS / "profile_w1_runq.txt")
-            profiled = True
+        spy_out = RESULTS / f"profile_w1_{s}.txt"
+        if args.profile and w == "W1" and s in PROFILED and spy_out not in profiled:
+            profile = str(spy_out)
+            profiled.append(spy_out)
         say(f"[{i}/{len(plan)}] rep {rep} {w} {s} ({time.monotonic() - t_start:.0f}s elapsed)")
         res = await measure_retrying(s, w, rep, size[w], args, logdir, profile)
         if res is None:
@@ -493,6 +631,7 @@ async def main_async(args: argparse.Namespace) -> int:
             for k in (
                 "submit_rate",
                 "drain_rate",
+                "cpu_per_run_ms",
                 "p50_ms",
                 "p99_ms",
                 "worker_peak_rss_mb",
@@ -511,20 +650,20 @@ async def main_async(args: argparse.Namespace) -> int:
         "repetitions": reps,
         "sizes": {w: size[w] for w in selected},
         "concurrency": 16,
+        "variants": variants,
         "peer_cap_seconds": args.cap,
         "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
         "failed_measurements": failures,
         "machine": machine,
     }
-    if profiled:
-        raw_profile = RESULTS / "profile_w1_runq.txt"
+    for raw_profile in profiled:
         if raw_profile.exists():
             top = subprocess.run(  # noqa: ASYNC221 - once, after every measurement
                 [sys.executable, str(BENCH / "profile_top.py"), str(raw_profile)],
                 capture_output=True,
                 text=True,
             ).stdout
-            (RESULTS / "profile_w1_runq.top.txt").write_text(top)
+            raw_profile.with_suffix(".top.txt").write_text(top)
     table = render(med, ratios, meta)
     say("")
     say(table)
@@ -540,7 +679,7 @@ async def main_async(args: argparse.Namespace) -> int:
     out = {"meta": meta, "medians": med, "ratios": ratios, "targets": targets, "runs": raw}
     RESULTS.mkdir(exist_ok=True)
     name = "quick" if args.quick else "latest"
-    if args.only and not args.quick:
+    if (args.only or args.variant != "both") and not args.quick:
         name = "partial"
     (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=2) + "\n")
     (RESULTS / f"{name}.md").write_text(table + "\n")
@@ -556,7 +695,16 @@ def main() -> None:
     )
     p.add_argument("--quick", action="store_true", help="smaller workloads, 1 repetition")
     p.add_argument("--only", default="", help="comma-separated workloads: " + ",".join(WORKLOADS))
-    p.add_argument("--reps", type=int, default=0, help="repetitions (default 3, quick 1)")
+    p.add_argument(
+        "--reps", "--repeat", type=int, default=0, help="repetitions (default 3, quick 1)"
+    )
+    p.add_argument(
+        "--variant",
+        choices=[*VARIANTS, "both"],
+        default="both",
+        help="subprocess workers (runq serve on uvloop), in-process workers on the standard "
+        "asyncio loop, or both (default)",
+    )
     p.add_argument(
         "--dsn", default=DEFAULT_DSN, help="an existing database to connect to for CREATE DATABASE"
     )
@@ -564,7 +712,9 @@ def main() -> None:
         "--cap", type=float, default=60.0, help="seconds a peer drain is measured at most"
     )
     p.add_argument(
-        "--profile", action="store_true", help="py-spy the runq worker during its first W1 drain"
+        "--profile",
+        action="store_true",
+        help="py-spy the runq workers and PgQueuer's in-process one during their first W1 drain",
     )
     p.add_argument("--reinstall-peers", action="store_true")
     p.add_argument("--keep-dbs", action="store_true", help="do not drop the bench databases")

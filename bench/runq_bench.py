@@ -3,32 +3,40 @@
     python bench/runq_bench.py run --workload W1|W2|W3|W4|mem --dsn DSN [--runs N] ...
 
 Producer: the Python API (``Queue.open`` + ``store.submit_many`` for bulk, ``Queue.defer``
-for W2). Worker: ONE ``runq serve`` subprocess, ``max_concurrency = 16``, HTTP off, the
-bench components from bench/bench_components.py. Drain is measured by polling the count
-of unfinished runs, and reported over the database's completion window (first to last
-``completed_at``), like the peers. Peak resident memory comes from /proc (VmHWM).
+for W2). Worker: ONE ``runq serve`` subprocess (uvloop), ``max_concurrency = 16``, HTTP
+off, the bench components from bench/bench_components.py; with ``--inproc``, the same
+supervisor hosted in this process on the standard asyncio loop (W2's producer is then a
+``produce`` subprocess, so the worker's loop serves the worker only). Drain is measured by
+polling the count of unfinished runs, and reported over the database's completion window
+(first to last ``completed_at``), like the peers; in-process, from the first handler call
+to the last ``completed_at``. Peak resident memory comes from /proc (VmHWM).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 
 import runq
-from runq.config import load_config
+from runq.config import Config, load_config
+from runq.daemon.supervisor import Supervisor
+from runq.log import configure_logging
 from runq.model import Actor
 from runq.queue import Queue
 from runq.seal import generate_key
@@ -151,47 +159,6 @@ def serve(cfg: Path, log_path: Path, env: dict[str, str]) -> subprocess.Popen[An
     )
 
 
-class PySpy:
-    """Optional profile of the worker: ``py-spy record`` attached to its pid."""
-
-    def __init__(self, out: str | None, pid: int) -> None:
-        self.proc: subprocess.Popen[Any] | None = None
-        if out:
-            spy = str(Path(sys.executable).parent / "py-spy")
-            fmt = (
-                "raw"
-                if out.endswith(".txt")
-                else "speedscope"
-                if out.endswith(".json")
-                else "flamegraph"
-            )
-            self.proc = subprocess.Popen(
-                [
-                    spy,
-                    "record",
-                    "--pid",
-                    str(pid),
-                    "--rate",
-                    "250",
-                    "--format",
-                    fmt,
-                    "--output",
-                    out,
-                    "--nonblocking",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-
 async def bulk_submit(q: Queue, component: str, n: int, batch: int) -> float:
     t0 = time.perf_counter()
     for start in range(0, n, batch):
@@ -234,6 +201,95 @@ async def prefill(target: Target, final: int, foreign: int) -> None:
     await target._pg.execute(f"VACUUM ANALYZE {target.table}")
 
 
+@asynccontextmanager
+async def inproc_worker(config: Config) -> AsyncIterator[Supervisor]:
+    """``runq serve`` without the process: the supervisor on its own ``Queue`` (its own
+    pool, as a serving process has), hosted on this process's standard asyncio loop, and
+    drained like a SIGTERM drains it when the block ends."""
+    async with Queue.open(config=config, migrate=False) as worker_queue:
+        supervisor = Supervisor(worker_queue)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(supervisor.run)
+            try:
+                yield supervisor
+            finally:
+                supervisor.request_stop()
+
+
+async def inproc_drain(
+    args: argparse.Namespace, config: Config, target: Target, n: int
+) -> dict[str, Any]:
+    """W1/W3/W4 with the worker in this process: drain timed from the first handler call
+    to the last completion committed, CPU per run this process's CPU across it."""
+    probe = common.PROBE
+    sampler = common.RssSampler(os.getpid(), interval=0.5).start()
+    spy = common.PySpy(args.pyspy, os.getpid())
+    try:
+        # A supervisor that fails cancels this block through its task group.
+        async with inproc_worker(config):
+            polled = await common.drain_watch(
+                lambda: target.remaining("noop"),
+                n,
+                timeout=args.timeout,
+                poll=0.1,
+                label="runq drain (in-process)",
+            )
+            cpu = probe.cpu_since_first_call(n)
+    finally:
+        spy.stop()
+        sampler.stop()
+    return {
+        **polled,
+        "first_call": probe.first_wall,
+        **cpu,
+        "worker_peak_rss_mb": sampler.peak_mb,
+        "worker_exit": 0,
+    }
+
+
+async def subprocess_drain(
+    args: argparse.Namespace, cfg: Path, env: dict[str, str], target: Target, n: int
+) -> tuple[dict[str, Any], list[int], int]:
+    log_path = Path(args.logdir) / f"runq_{args.workload}_worker.log"
+    proc = serve(cfg, log_path, env)
+    sampler = common.RssSampler(proc.pid).start()
+    spy = common.PySpy(args.pyspy, proc.pid)
+    cpu_first = common.CpuFromFirstProgress(proc.pid)
+    early_kb: list[int] = []
+
+    async def remaining() -> int:
+        left = await target.remaining("noop")
+        if not early_kb and n - left >= common.MEM_EARLY:
+            early_kb.append(sampler.sample())
+        return left
+
+    try:
+        polled = await common.drain_watch(
+            remaining,
+            n,
+            timeout=args.timeout,
+            worker=proc,
+            label="runq drain",
+            on_first_progress=cpu_first,
+        )
+        end_kb = sampler.sample()
+    except Exception:
+        common.log(common.tail(log_path))
+        raise
+    finally:
+        spy.stop()
+        sampler.stop()
+        code = common.stop_process(proc)
+    res = {
+        **polled,
+        "worker_peak_rss_mb": sampler.peak_mb,
+        "worker_cpu_s": round(sampler.cpu_s or 0.0, 2),
+        "cpu_per_run_ms": cpu_first.per_run_ms(polled, sampler.cpu_s),
+        "worker_exit": code,
+    }
+    return res, early_kb, end_kb
+
+
 async def drain_workload(
     args: argparse.Namespace, cfg: Path, env: dict[str, str]
 ) -> dict[str, Any]:
@@ -250,44 +306,26 @@ async def drain_workload(
             submit_rate = await bulk_submit(q, "noop", n, args.batch)
             since = await q.store.now()
             x0 = await target.xacts()
-            log_path = Path(args.logdir) / f"runq_{args.workload}_worker.log"
-            proc = serve(cfg, log_path, env)
-            sampler = common.RssSampler(proc.pid).start()
-            spy = PySpy(args.pyspy, proc.pid)
             early_kb: list[int] = []
-
-            async def remaining() -> int:
-                left = await target.remaining("noop")
-                if not early_kb and n - left >= common.MEM_EARLY:
-                    early_kb.append(sampler.sample())
-                return left
-
-            try:
-                polled = await common.drain_watch(
-                    remaining, n, timeout=args.timeout, worker=proc, label="runq drain"
-                )
-                end_kb = sampler.sample()
-            except Exception:
-                common.log(common.tail(log_path))
-                raise
-            finally:
-                spy.stop()
-                sampler.stop()
-                code = common.stop_process(proc)
+            end_kb = 0
+            if args.inproc:
+                worker = await inproc_drain(args, config, target, n)
+            else:
+                worker, early_kb, end_kb = await subprocess_drain(args, cfg, env, target, n)
             done, first, last = await target.window(since)
             in_flight = await target.max_in_flight(since)
             await asyncio.sleep(0.6)
             x1 = await target.xacts()
         finally:
             await target.close()
-    rate = common.window_rate(done, first, last) or polled["polled_rate"]
+    if args.inproc:
+        rate = common.inproc_rate(done, worker.pop("first_call"), last)
+    else:
+        rate = common.window_rate(done, first, last)
     res: dict[str, Any] = {
         "submit_rate": round(submit_rate, 1),
-        "drain_rate": rate,
-        **polled,
-        "worker_peak_rss_mb": sampler.peak_mb,
-        "worker_cpu_s": round(sampler.cpu_s or 0.0, 2),
-        "worker_exit": code,
+        "drain_rate": rate or worker["polled_rate"],
+        **worker,
         "max_in_flight": in_flight,
     }
     if x0 is not None and x1 is not None:
@@ -298,6 +336,45 @@ async def drain_workload(
         if early_kb:
             res["rss_growth"] = round(end_kb / early_kb[0], 3)
     return res
+
+
+async def produce_and_measure(
+    args: argparse.Namespace, q: Queue, target: Target, worker: Any = None
+) -> dict[str, Any]:
+    """W2's producer: warm-up runs, then ``args.runs`` single submits at ``args.rate``/s
+    (open loop); waits for them to finish and returns their start latencies (handler start
+    minus the producer's clock before the submit call, from the stored answers)."""
+    for i in range(common.WARMUP_RUNS):
+        await q.defer("task", "noop", {"w": i})
+    await common.drain_watch(
+        lambda: target.remaining("noop"),
+        common.WARMUP_RUNS,
+        timeout=60,
+        worker=worker,
+        label="warm-up",
+    )
+    ids: list[str] = []
+
+    async def submit_one(i: int, t: float) -> None:
+        result = await q.defer("task", "record", {"t": t, "i": i})
+        ids.append(result.run.id)
+
+    common.log(f"producer: {args.runs} runs at {args.rate}/s")
+    achieved = await common.paced(args.runs, args.rate, submit_one)
+    await common.drain_watch(
+        lambda: target.remaining("record"),
+        args.runs,
+        timeout=args.timeout,
+        worker=worker,
+        label="latency",
+    )
+    latencies = []
+    for run_id in ids:
+        run = await q.store.get(run_id)
+        assert run is not None, run_id
+        assert isinstance(run.answer, dict), run
+        latencies.append(run.answer["started"] - run.answer["t"])
+    return {**common.latency_summary(latencies), "submit_rate": round(achieved, 1)}
 
 
 async def latency_workload(
@@ -311,30 +388,7 @@ async def latency_workload(
         proc = serve(cfg, log_path, env)
         sampler = common.RssSampler(proc.pid).start()
         try:
-            for i in range(common.WARMUP_RUNS):
-                await q.defer("task", "noop", {"w": i})
-            await common.drain_watch(
-                lambda: target.remaining("noop"),
-                common.WARMUP_RUNS,
-                timeout=60,
-                worker=proc,
-                label="warm-up",
-            )
-            ids: list[str] = []
-
-            async def submit_one(i: int, t: float) -> None:
-                result = await q.defer("task", "record", {"t": t, "i": i})
-                ids.append(result.run.id)
-
-            common.log(f"producer: {args.runs} runs at {args.rate}/s")
-            achieved = await common.paced(args.runs, args.rate, submit_one)
-            await common.drain_watch(
-                lambda: target.remaining("record"),
-                args.runs,
-                timeout=args.timeout,
-                worker=proc,
-                label="latency",
-            )
+            res = await produce_and_measure(args, q, target, worker=proc)
         except Exception:
             common.log(common.tail(log_path))
             raise
@@ -342,18 +396,43 @@ async def latency_workload(
             sampler.stop()
             common.stop_process(proc)
             await target.close()
-        latencies = []
-        for run_id in ids:
-            run = await q.store.get(run_id)
-            assert run is not None, run_id
-            assert isinstance(run.answer, dict), run
-            latencies.append(run.answer["started"] - run.answer["t"])
     return {
-        **common.latency_summary(latencies),
-        "submit_rate": round(achieved, 1),
+        **res,
         "worker_peak_rss_mb": sampler.peak_mb,
         "worker_cpu_s": round(sampler.cpu_s or 0.0, 2),
     }
+
+
+async def inproc_latency_workload(
+    args: argparse.Namespace, cfg: Path, env: dict[str, str]
+) -> dict[str, Any]:
+    """W2 with the worker in this process and the producer a ``produce`` subprocess, so
+    the producer neither shares the worker's loop nor wakes it through this process."""
+    config = load_config(cfg, environ=env)
+    async with Queue.open(config=config):  # migrated before the worker starts
+        pass
+    sampler = common.RssSampler(os.getpid(), interval=0.5).start()
+    cmd = [sys.executable, __file__, "produce", "--config", str(cfg), "--runs", str(args.runs)]
+    cmd += ["--rate", str(args.rate), "--timeout", str(args.timeout)]
+    try:
+        async with inproc_worker(config):
+            res = await common.run_producer(cmd, Path(args.logdir) / "runq_W2_producer.log")
+    finally:
+        sampler.stop()
+    res["worker_peak_rss_mb"] = sampler.peak_mb
+    return res
+
+
+async def produce_main(args: argparse.Namespace) -> None:
+    config = load_config(Path(args.config))
+    target = Target(config.store.url)
+    async with Queue.open(config=config, migrate=False) as q:
+        await target.open()
+        try:
+            res = await produce_and_measure(args, q, target)
+        finally:
+            await target.close()
+    common.emit(res)
 
 
 async def run_main(args: argparse.Namespace) -> None:
@@ -376,8 +455,11 @@ async def run_main(args: argparse.Namespace) -> None:
     )
     env.pop("RUNQ_CONFIG", None)
     os.environ.update({"RUNQ_SEAL_KEY": env["RUNQ_SEAL_KEY"]})
+    if args.inproc:
+        configure_logging("json", level=logging.INFO)  # as `runq serve --log-format json`
     if args.workload == "W2":
-        res = await latency_workload(args, cfg, env)
+        measure = inproc_latency_workload if args.inproc else latency_workload
+        res = await measure(args, cfg, env)
     else:
         res = await drain_workload(args, cfg, env)
     res.update(
@@ -385,6 +467,7 @@ async def run_main(args: argparse.Namespace) -> None:
         workload=args.workload,
         runs=args.runs,
         engine="sqlite" if args.workload == "W4" else "postgres",
+        variant="inproc" if args.inproc else "subprocess",
         version=getattr(runq, "__version__", "0.1.0"),
     )
     common.emit(res)
@@ -392,7 +475,13 @@ async def run_main(args: argparse.Namespace) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("role", choices=["run"])
+    p.add_argument("role", choices=["run", "produce"])
+    p.add_argument("--config", default="", help="produce: the runq.toml of the run")
+    p.add_argument(
+        "--inproc",
+        action="store_true",
+        help="host the worker (its supervisor) in this process on the standard asyncio loop",
+    )
     p.add_argument("--dsn", default="")
     p.add_argument("--workload", default="W1", choices=["W1", "W2", "W3", "W4", "mem"])
     p.add_argument("--runs", type=int, default=common.W1_RUNS)
@@ -410,7 +499,9 @@ def main() -> None:
         help="profile the worker into this file (.txt raw, .json speedscope, .svg)",
     )
     args = p.parse_args()
-    asyncio.run(run_main(args))
+    # asyncio.run: the standard loop, as the in-process variant requires (runq serve, the
+    # subprocess variant, picks uvloop itself).
+    asyncio.run(produce_main(args) if args.role == "produce" else run_main(args))
 
 
 if __name__ == "__main__":

@@ -2,10 +2,13 @@
 
     python pgqueuer_bench.py run --workload W1|W2|W3 --dsn DSN [--runs N] ...
     python pgqueuer_bench.py worker --dsn DSN [--latency-file F --expect N]
+    python pgqueuer_bench.py run --inproc ...   # the worker in the driver, standard loop
 
 The worker is what ``pgq run`` builds: one asyncpg connection, a ``QueueManager`` with
 one entrypoint, ``uvloop``; concurrency 16 is ``max_concurrent_tasks=16`` (which PgQueuer
 allows with ``batch_size`` at most 8: it requires max_concurrent_tasks >= 2 * batch_size).
+With ``--inproc`` the same ``QueueManager`` runs as a task of the driver on the standard
+asyncio loop (W2's producer is then a ``produce`` subprocess).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import uvloop
@@ -39,37 +43,76 @@ BATCH_SIZE = 8  # the largest PgQueuer accepts with max_concurrent_tasks=16
 # -- worker process -------------------------------------------------------------------------
 
 
-async def worker_main(args: argparse.Namespace) -> None:
-    conn = await asyncpg.connect(args.dsn)
+def build_manager(
+    conn: asyncpg.Connection, args: argparse.Namespace, latencies: list[float]
+) -> QueueManager:
+    """The worker's ``QueueManager`` with the no-op entrypoint; a payload with ``t`` (W2)
+    appends its start latency to ``latencies``, written to ``--latency-file`` once all
+    ``--expect`` arrived (the subprocess worker)."""
     qm = QueueManager(Queries(AsyncpgDriver(conn)))
-    latencies: list[float] = []
     written = False
+    hit = common.PROBE.hit
 
+    @qm.entrypoint(ENTRYPOINT, concurrency_limit=args.concurrency if per_entrypoint() else 0)
+    async def noop(job: Job) -> None:
+        nonlocal written
+        hit()
+        if job.payload and b'"t"' in job.payload:
+            started = time.time()
+            body = json.loads(job.payload)
+            latencies.append(started - body["t"])
+            if args.latency_file and len(latencies) >= args.expect and not written:
+                written = True
+                common.write_json_atomically(args.latency_file, latencies)
+
+    return qm
+
+
+def per_entrypoint() -> bool:
     # PGQ_BENCH_LIMIT=entrypoint: the other way to cap at 16 (a per-entrypoint limit enforced
     # in SQL, batch 16). Measured slower here (2.5-2.7k vs 3.3-4.2k runs/s), so the default
     # is the per-worker cap with batch 8: PgQueuer's best at concurrency 16.
-    per_entrypoint = os.environ.get("PGQ_BENCH_LIMIT") == "entrypoint"
+    return os.environ.get("PGQ_BENCH_LIMIT") == "entrypoint"
 
-    @qm.entrypoint(ENTRYPOINT, concurrency_limit=args.concurrency if per_entrypoint else 0)
-    async def noop(job: Job) -> None:
-        nonlocal written
-        if args.latency_file:
-            started = time.time()
-            body = json.loads(job.payload or b"{}")
-            if "t" in body:
-                latencies.append(started - body["t"])
-                if len(latencies) >= args.expect and not written:
-                    written = True
-                    common.write_json_atomically(args.latency_file, latencies)
 
+async def run_manager(qm: QueueManager, args: argparse.Namespace) -> None:
+    await qm.run(
+        batch_size=args.concurrency if per_entrypoint() else BATCH_SIZE,
+        max_concurrent_tasks=None if per_entrypoint() else args.concurrency,
+        dequeue_timeout=timedelta(seconds=30),
+    )
+
+
+async def worker_main(args: argparse.Namespace) -> None:
+    conn = await asyncpg.connect(args.dsn)
+    qm = build_manager(conn, args, [])
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, qm.shutdown.set)
-    await qm.run(
-        batch_size=args.concurrency if per_entrypoint else BATCH_SIZE,
-        max_concurrent_tasks=None if per_entrypoint else args.concurrency,
-        dequeue_timeout=timedelta(seconds=30),
-    )
+    await run_manager(qm, args)
+
+
+class InprocWorker:
+    """The worker as a task of this process (standard asyncio loop), on its own
+    connection; stopped the way SIGTERM stops ``pgq run`` (``shutdown`` set)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.latencies: list[float] = []
+
+    async def __aenter__(self) -> InprocWorker:
+        self.conn = await asyncpg.connect(self.args.dsn)
+        self.qm = build_manager(self.conn, self.args, self.latencies)
+        self.task = asyncio.create_task(run_manager(self.qm, self.args))
+        self.alive = common.TaskAlive(self.task)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.qm.shutdown.set()
+        try:
+            await asyncio.wait_for(self.task, 30)
+        finally:
+            await self.conn.close()
 
 
 # -- driver ---------------------------------------------------------------------------------
@@ -167,9 +210,32 @@ async def drain_workload(args: argparse.Namespace, conn: asyncpg.Connection, q: 
     since = await conn.fetchval("SELECT extract(epoch FROM now())::float8")
     await conn.execute("SELECT pg_stat_clear_snapshot()")
     x0 = await conn.fetchval(common.XACT_SQL)
+    if args.inproc:
+        worker = await inproc_drain(args, conn, n)
+    else:
+        worker = await subprocess_drain(args, conn, n)
+    done, first, last = await completion_window(conn, since)
+    if args.inproc:
+        rate = common.inproc_rate(done, worker.pop("first_call"), last)
+    else:
+        rate = common.window_rate(done, first, last)
+    await asyncio.sleep(0.6)
+    await conn.execute("SELECT pg_stat_clear_snapshot()")
+    x1 = await conn.fetchval(common.XACT_SQL)
+    return {
+        "xacts_per_1k_runs": round((x1 - x0) * 1000 / max(done, 1), 1),
+        "submit_rate": round(submit_rate, 1),
+        "drain_rate": rate or worker["polled_rate"],
+        **worker,
+    }
+
+
+async def subprocess_drain(args: argparse.Namespace, conn: asyncpg.Connection, n: int) -> dict:
     log_path = Path(args.logdir) / f"pgqueuer_{args.workload}_worker.log"
     proc = spawn_worker(args, [], log_path)
     sampler = common.RssSampler(proc.pid).start()
+    spy = common.PySpy(args.pyspy, proc.pid)
+    cpu_first = common.CpuFromFirstProgress(proc.pid)
     try:
         polled = await common.drain_watch(
             lambda: remaining(conn),
@@ -178,29 +244,73 @@ async def drain_workload(args: argparse.Namespace, conn: asyncpg.Connection, q: 
             cap=args.cap,
             worker=proc,
             label="pgqueuer drain",
+            on_first_progress=cpu_first,
         )
     except Exception:
         common.log(common.tail(log_path))
         raise
     finally:
+        spy.stop()
         sampler.stop()
         common.stop_process(proc)
-    done, first, last = await completion_window(conn, since)
-    rate = common.window_rate(done, first, last) or polled["polled_rate"]
-    await asyncio.sleep(0.6)
-    await conn.execute("SELECT pg_stat_clear_snapshot()")
-    x1 = await conn.fetchval(common.XACT_SQL)
     return {
-        "xacts_per_1k_runs": round((x1 - x0) * 1000 / max(done, 1), 1),
-        "submit_rate": round(submit_rate, 1),
-        "drain_rate": rate,
         **polled,
         "worker_peak_rss_mb": sampler.peak_mb,
         "worker_cpu_s": round(sampler.cpu_s or 0.0, 2),
+        "cpu_per_run_ms": cpu_first.per_run_ms(polled, sampler.cpu_s),
     }
 
 
+async def inproc_drain(args: argparse.Namespace, conn: asyncpg.Connection, n: int) -> dict:
+    """The drain timed from the first handler call; CPU per run this process's CPU from
+    then until the drain is seen complete."""
+    probe = common.PROBE
+    sampler = common.RssSampler(os.getpid(), interval=0.5).start()
+    spy = common.PySpy(args.pyspy, os.getpid())
+    try:
+        async with InprocWorker(args) as worker:
+            polled = await common.drain_watch(
+                lambda: remaining(conn),
+                n,
+                timeout=args.timeout,
+                cap=args.cap,
+                poll=0.1,
+                worker=worker.alive,
+                label="pgqueuer drain (in-process)",
+            )
+            cpu = probe.cpu_since_first_call(polled["completed"])
+    finally:
+        spy.stop()
+        sampler.stop()
+    return {
+        **polled,
+        "first_call": probe.first_wall,
+        **cpu,
+        "worker_peak_rss_mb": sampler.peak_mb,
+    }
+
+
+async def produce(
+    args: argparse.Namespace, conn: asyncpg.Connection, q: Queries, worker: Any = None
+) -> float:
+    """W2's producer: warm-up jobs (waited for), then ``args.runs`` single enqueues at
+    ``args.rate``/s, open loop. Returns the achieved rate."""
+    for i in range(common.WARMUP_RUNS):
+        await q.enqueue(ENTRYPOINT, json.dumps({"w": i}).encode())
+    await common.drain_watch(
+        lambda: remaining(conn), common.WARMUP_RUNS, timeout=60, worker=worker, label="warm-up"
+    )
+
+    async def submit_one(i: int, t: float) -> None:
+        await q.enqueue(ENTRYPOINT, json.dumps({"t": t, "i": i}).encode())
+
+    common.log(f"producer: {args.runs} runs at {args.rate}/s")
+    return await common.paced(args.runs, args.rate, submit_one)
+
+
 async def latency_workload(args: argparse.Namespace, conn: asyncpg.Connection, q: Queries) -> dict:
+    if args.inproc:
+        return await inproc_latency_workload(args)
     lat_file = Path(args.logdir) / "pgqueuer_W2_latency.json"
     lat_file.unlink(missing_ok=True)
     log_path = Path(args.logdir) / "pgqueuer_W2_worker.log"
@@ -209,17 +319,7 @@ async def latency_workload(args: argparse.Namespace, conn: asyncpg.Connection, q
     )
     sampler = common.RssSampler(proc.pid).start()
     try:
-        for i in range(common.WARMUP_RUNS):
-            await q.enqueue(ENTRYPOINT, json.dumps({"w": i}).encode())
-        await common.drain_watch(
-            lambda: remaining(conn), common.WARMUP_RUNS, timeout=60, worker=proc, label="warm-up"
-        )
-
-        async def submit_one(i: int, t: float) -> None:
-            await q.enqueue(ENTRYPOINT, json.dumps({"t": t, "i": i}).encode())
-
-        common.log(f"producer: {args.runs} runs at {args.rate}/s")
-        achieved = await common.paced(args.runs, args.rate, submit_one)
+        achieved = await produce(args, conn, q, worker=proc)
         latencies = await common.wait_for_json(
             lat_file, worker=proc, log_path=log_path, seconds=args.timeout, label="pgqueuer"
         )
@@ -234,6 +334,50 @@ async def latency_workload(args: argparse.Namespace, conn: asyncpg.Connection, q
     }
 
 
+async def inproc_latency_workload(args: argparse.Namespace) -> dict:
+    """The worker in this process, the producer a ``produce`` subprocess."""
+    sampler = common.RssSampler(os.getpid(), interval=0.5).start()
+    log_path = Path(args.logdir) / "pgqueuer_W2_producer.log"
+    try:
+        async with InprocWorker(args) as worker:
+            out = await common.run_producer(
+                [
+                    sys.executable,
+                    __file__,
+                    "produce",
+                    "--dsn",
+                    args.dsn,
+                    "--runs",
+                    str(args.runs),
+                    "--rate",
+                    str(args.rate),
+                ],
+                log_path,
+            )
+            await common.wait_until(
+                lambda: len(worker.latencies) >= args.runs,
+                seconds=args.timeout,
+                alive=worker.alive,
+                label="pgqueuer latency",
+            )
+    finally:
+        sampler.stop()
+    return {
+        **common.latency_summary(worker.latencies),
+        "submit_rate": out["submit_rate"],
+        "worker_peak_rss_mb": sampler.peak_mb,
+    }
+
+
+async def produce_main(args: argparse.Namespace) -> None:
+    conn = await asyncpg.connect(args.dsn)
+    try:
+        achieved = await produce(args, conn, Queries(AsyncpgDriver(conn)))
+    finally:
+        await conn.close()
+    common.emit({"submit_rate": round(achieved, 1)})
+
+
 async def run_main(args: argparse.Namespace) -> None:
     conn = await asyncpg.connect(args.dsn)
     try:
@@ -246,7 +390,13 @@ async def run_main(args: argparse.Namespace) -> None:
             raise SystemExit(f"pgqueuer has no workload {args.workload}")
     finally:
         await conn.close()
-    res.update(system="pgqueuer", workload=args.workload, runs=args.runs, version=PGQ_VERSION)
+    res.update(
+        system="pgqueuer",
+        workload=args.workload,
+        runs=args.runs,
+        version=PGQ_VERSION,
+        variant="inproc" if args.inproc else "subprocess",
+    )
     common.emit(res)
 
 
@@ -254,8 +404,10 @@ def main() -> None:
     args = common.peer_parser().parse_args()
     if args.role == "worker":
         uvloop.run(worker_main(args))
+    elif args.role == "produce":
+        asyncio.run(produce_main(args))
     else:
-        asyncio.run(run_main(args))
+        asyncio.run(run_main(args))  # the standard loop: where --inproc hosts the worker
 
 
 if __name__ == "__main__":

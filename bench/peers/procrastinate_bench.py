@@ -5,13 +5,16 @@
 
 The worker is what ``procrastinate worker`` runs: ``App(PsycopgConnector)``,
 ``run_worker_async(queues=[...], concurrency=16)`` with LISTEN/NOTIFY (the default) and
-the default ``delete_jobs="never"`` (finished jobs stay in procrastinate_jobs).
+the default ``delete_jobs="never"`` (finished jobs stay in procrastinate_jobs). With
+``--inproc`` the same worker runs as a task of the driver on the standard asyncio loop
+(W2's producer is then a ``produce`` subprocess).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 from pathlib import Path
@@ -21,6 +24,8 @@ import procrastinate
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import contextlib
+
 import common
 
 QUEUE = "bench"
@@ -28,14 +33,16 @@ OTHER = "other_service"
 
 app = procrastinate.App(connector=procrastinate.PsycopgConnector())
 _latency: dict[str, Any] = {"file": "", "expect": 0, "values": [], "written": False}
+_hit = common.PROBE.hit
 
 
 @app.task(name="noop", queue=QUEUE)
 async def noop(i: int = 0, t: float | None = None, w: int | None = None) -> None:
-    if t is not None and _latency["file"]:
+    _hit()
+    if t is not None:
         values = _latency["values"]
         values.append(time.time() - t)
-        if len(values) >= _latency["expect"] and not _latency["written"]:
+        if _latency["file"] and len(values) >= _latency["expect"] and not _latency["written"]:
             _latency["written"] = True
             common.write_json_atomically(_latency["file"], values)
 
@@ -146,9 +153,33 @@ async def drain_workload(args: argparse.Namespace, conn: psycopg.AsyncConnection
     submit_rate = await bulk_submit(n, args.batch)
     since = await now_epoch(conn)
     x0 = await xacts(conn)
+    if args.inproc:
+        worker = await inproc_drain(args, conn, n)
+    else:
+        worker = await subprocess_drain(args, conn, n)
+    done, first, last = await completion_window(conn, since)
+    if args.inproc:
+        rate = common.inproc_rate(done, worker.pop("first_call"), last)
+    else:
+        rate = common.window_rate(done, first, last)
+    await asyncio.sleep(0.6)
+    x1 = await xacts(conn)
+    return {
+        "submit_rate": round(submit_rate, 1),
+        "drain_rate": rate or worker["polled_rate"],
+        **worker,
+        "xacts_per_1k_runs": round((x1 - x0) * 1000 / max(done, 1), 1),
+    }
+
+
+async def subprocess_drain(
+    args: argparse.Namespace, conn: psycopg.AsyncConnection, n: int
+) -> dict[str, Any]:
     log_path = Path(args.logdir) / f"procrastinate_{args.workload}_worker.log"
     proc = spawn_worker(args, [], log_path)
     sampler = common.RssSampler(proc.pid).start()
+    spy = common.PySpy(args.pyspy, proc.pid)
+    cpu_first = common.CpuFromFirstProgress(proc.pid)
     try:
         polled = await common.drain_watch(
             lambda: remaining(conn),
@@ -157,30 +188,99 @@ async def drain_workload(args: argparse.Namespace, conn: psycopg.AsyncConnection
             cap=args.cap,
             worker=proc,
             label="procrastinate drain",
+            on_first_progress=cpu_first,
         )
     except Exception:
         common.log(common.tail(log_path))
         raise
     finally:
+        spy.stop()
         sampler.stop()
         common.stop_process(proc)
-    done, first, last = await completion_window(conn, since)
-    rate = common.window_rate(done, first, last) or polled["polled_rate"]
-    await asyncio.sleep(0.6)
-    x1 = await xacts(conn)
     return {
-        "submit_rate": round(submit_rate, 1),
-        "drain_rate": rate,
         **polled,
         "worker_peak_rss_mb": sampler.peak_mb,
         "worker_cpu_s": round(sampler.cpu_s or 0.0, 2),
-        "xacts_per_1k_runs": round((x1 - x0) * 1000 / max(done, 1), 1),
+        "cpu_per_run_ms": cpu_first.per_run_ms(polled, sampler.cpu_s),
     }
+
+
+class InprocWorker:
+    """``run_worker_async`` as a task of this process (standard asyncio loop), stopped
+    the way Procrastinate documents: cancelling it lets running jobs finish."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+
+    async def __aenter__(self) -> InprocWorker:
+        self.task = asyncio.create_task(
+            app.run_worker_async(
+                queues=[QUEUE], concurrency=self.args.concurrency, install_signal_handlers=False
+            )
+        )
+        self.alive = common.TaskAlive(self.task)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(self.task, 30)
+
+
+async def inproc_drain(
+    args: argparse.Namespace, conn: psycopg.AsyncConnection, n: int
+) -> dict[str, Any]:
+    """The drain timed from the first handler call; CPU per run this process's CPU from
+    then until the drain is seen complete (or the cap)."""
+    probe = common.PROBE
+    sampler = common.RssSampler(os.getpid(), interval=0.5).start()
+    spy = common.PySpy(args.pyspy, os.getpid())
+    try:
+        async with InprocWorker(args) as worker:
+            polled = await common.drain_watch(
+                lambda: remaining(conn),
+                n,
+                timeout=args.timeout,
+                cap=args.cap,
+                poll=0.1,
+                worker=worker.alive,
+                label="procrastinate drain (in-process)",
+            )
+            cpu = probe.cpu_since_first_call(polled["completed"])
+    finally:
+        spy.stop()
+        sampler.stop()
+    return {
+        **polled,
+        "first_call": probe.first_wall,
+        **cpu,
+        "worker_peak_rss_mb": sampler.peak_mb,
+    }
+
+
+async def produce(
+    args: argparse.Namespace, conn: psycopg.AsyncConnection, worker: Any = None
+) -> float:
+    """W2's producer: warm-up jobs (waited for), then ``args.runs`` single defers at
+    ``args.rate``/s, open loop. Returns the achieved rate."""
+    for i in range(common.WARMUP_RUNS):
+        await noop.defer_async(w=i)
+    await common.drain_watch(
+        lambda: remaining(conn), common.WARMUP_RUNS, timeout=60, worker=worker, label="warm-up"
+    )
+
+    async def submit_one(i: int, t: float) -> None:
+        await noop.defer_async(i=i, t=t)
+
+    common.log(f"producer: {args.runs} runs at {args.rate}/s")
+    return await common.paced(args.runs, args.rate, submit_one)
 
 
 async def latency_workload(
     args: argparse.Namespace, conn: psycopg.AsyncConnection
 ) -> dict[str, Any]:
+    if args.inproc:
+        return await inproc_latency_workload(args)
     lat_file = Path(args.logdir) / "procrastinate_W2_latency.json"
     lat_file.unlink(missing_ok=True)
     log_path = Path(args.logdir) / "procrastinate_W2_worker.log"
@@ -189,17 +289,7 @@ async def latency_workload(
     )
     sampler = common.RssSampler(proc.pid).start()
     try:
-        for i in range(common.WARMUP_RUNS):
-            await noop.defer_async(w=i)
-        await common.drain_watch(
-            lambda: remaining(conn), common.WARMUP_RUNS, timeout=60, worker=proc, label="warm-up"
-        )
-
-        async def submit_one(i: int, t: float) -> None:
-            await noop.defer_async(i=i, t=t)
-
-        common.log(f"producer: {args.runs} runs at {args.rate}/s")
-        achieved = await common.paced(args.runs, args.rate, submit_one)
+        achieved = await produce(args, conn, worker=proc)
         latencies = await common.wait_for_json(
             lat_file, worker=proc, log_path=log_path, seconds=args.timeout, label="procrastinate"
         )
@@ -212,6 +302,42 @@ async def latency_workload(
         "worker_peak_rss_mb": sampler.peak_mb,
         "worker_cpu_s": round(sampler.cpu_s or 0.0, 2),
     }
+
+
+async def inproc_latency_workload(args: argparse.Namespace) -> dict[str, Any]:
+    """The worker in this process, the producer a ``produce`` subprocess."""
+    sampler = common.RssSampler(os.getpid(), interval=0.5).start()
+    cmd = [sys.executable, __file__, "produce", "--dsn", args.dsn, "--runs", str(args.runs)]
+    cmd += ["--rate", str(args.rate)]
+    values: list[float] = _latency["values"]
+    try:
+        async with InprocWorker(args) as worker:
+            out = await common.run_producer(
+                cmd, Path(args.logdir) / "procrastinate_W2_producer.log"
+            )
+            await common.wait_until(
+                lambda: len(values) >= args.runs,
+                seconds=args.timeout,
+                alive=worker.alive,
+                label="procrastinate latency",
+            )
+    finally:
+        sampler.stop()
+    return {
+        **common.latency_summary(values),
+        "submit_rate": out["submit_rate"],
+        "worker_peak_rss_mb": sampler.peak_mb,
+    }
+
+
+async def produce_main(args: argparse.Namespace) -> None:
+    with app.replace_connector(connector(args.dsn)):
+        async with (
+            app.open_async(),
+            await psycopg.AsyncConnection.connect(args.dsn, autocommit=True) as conn,
+        ):
+            achieved = await produce(args, conn)
+    common.emit({"submit_rate": round(achieved, 1)})
 
 
 async def run_main(args: argparse.Namespace) -> None:
@@ -230,6 +356,7 @@ async def run_main(args: argparse.Namespace) -> None:
         workload=args.workload,
         runs=args.runs,
         version=procrastinate.__version__,
+        variant="inproc" if args.inproc else "subprocess",
     )
     common.emit(res)
 
@@ -238,6 +365,8 @@ def main() -> None:
     args = common.peer_parser().parse_args()
     if args.role == "worker":
         asyncio.run(worker_main(args))
+    elif args.role == "produce":
+        asyncio.run(produce_main(args))
     else:
         asyncio.run(run_main(args))
 
