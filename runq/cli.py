@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import anyio
 import click
@@ -30,6 +30,9 @@ from runq.config import Config, load_config, redact_url
 from runq.errors import ConfigError, RunqError, StoreUnavailable
 from runq.log import configure_logging
 from runq.model import Actor, JobView, QueueHealth, Run, Status
+
+if TYPE_CHECKING:
+    from runq.queue import Queue
 
 T = TypeVar("T")
 
@@ -57,7 +60,7 @@ class CliContext:
 
     def queue(
         self, *, migrate: bool = False, components: bool = False
-    ) -> AbstractAsyncContextManager[Any]:
+    ) -> AbstractAsyncContextManager[Queue]:
         """``Queue.open``; ``components`` resolves ``[components]`` (only producers need it)."""
         from runq.queue import Queue
 
@@ -212,8 +215,8 @@ def main() -> None:
 @common_options
 def serve_cmd(cli_ctx: CliContext) -> None:
     """Run the daemon: claimers, heartbeats, reaper, retention, HTTP API."""
-    from runq.daemon.executor import live_handler_threads
-    from runq.daemon.supervisor import run_serve
+    from runq.serve.supervisor import run_serve
+    from runq.worker.executor import live_handler_threads
 
     config = cli_ctx.config
     code = run_serve(config)
@@ -322,8 +325,8 @@ def defer_cmd(cli_ctx: CliContext, **opts: Any) -> None:
 def work_cmd(cli_ctx: CliContext, limit: int, time_limit: float, as_json: bool) -> None:
     """One bounded sweep for cron: oldest first. Exit 0 even when runs failed; 1 when the
     queue cannot be read."""
-    from runq.daemon.claimer import SweepReport, sweep
-    from runq.daemon.runtime import WorkerRuntime
+    from runq.worker.claimer import SweepReport, sweep
+    from runq.worker.runtime import WorkerRuntime
 
     config = cli_ctx.config
 
@@ -361,7 +364,7 @@ def reap_cmd(cli_ctx: CliContext, limit: int, as_json: bool) -> None:
     if not 1 <= limit <= 10_000:
         click.echo(f"runq: --limit {limit} must be between 1 and 10000", err=True)
         sys.exit(EXIT_USAGE)
-    from runq.daemon.reaper import Reaper, ReaperConfig
+    from runq.maintenance.reaper import Reaper, ReaperConfig
 
     config = cli_ctx.config
 
@@ -389,7 +392,7 @@ def reap_cmd(cli_ctx: CliContext, limit: int, as_json: bool) -> None:
 @common_options
 def purge_cmd(cli_ctx: CliContext, as_json: bool) -> None:
     """Delete final runs older than retention_seconds (what the daemon does hourly)."""
-    from runq.daemon.retention import Retention, RetentionConfig
+    from runq.maintenance.retention import Retention, RetentionConfig
 
     q_config = cli_ctx.config.queue
 

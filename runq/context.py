@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 
 class ExecutionHooks(Protocol):
-    """What the executor provides to a context (``runq.daemon.executor.Execution``)."""
+    """What the executor provides to a context (``runq.worker.executor.Execution``)."""
 
     async def checkpoint(self) -> None: ...
 

@@ -9,7 +9,7 @@ when the component's route is not ``sync`` (a failed wake-up is logged and the r
 queued). ``enqueue()`` stores the run and then dispatches it: on ``sync`` the caller claims
 it by id and executes it with the daemon's executor, returning the run as it ended; on
 other routes the dispatch is the wake-up. A failed dispatch fails the run, so nothing is
-left queued that nobody will run (DESIGN §5, seed 003).
+left queued that nobody will run.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from anyio.abc import TaskGroup
 
 from runq.components import ComponentRegistry
 from runq.config import Config, load_config
-from runq.daemon.service import sole_exception
 from runq.errors import BadRequest, StoreUnavailable, UnknownComponent
 from runq.log import get_logger
 from runq.metrics import SUBMISSIONS
@@ -40,9 +39,14 @@ from runq.model import (
 )
 from runq.store import make_store, sealer_for
 from runq.store.base import Store
+from runq.taskgroups import sole_exception
 from runq.transports.base import Router
 from runq.transports.local import LocalHub, hub_for
 from runq.transports.postgres import Notifier, is_listenable
+from runq.worker.dispatch import dispatch_in_caller
+from runq.worker.executor import Interrupt
+from runq.worker.registry import new_worker_id
+from runq.worker.runtime import WorkerRuntime
 
 log = get_logger(__name__)
 
@@ -69,7 +73,7 @@ class Queue:
         self.validate_components = validate_components
         #: The daemon's worker when this queue lives inside ``runq serve``: a ``sync``
         #: dispatch then executes under its leases, heartbeats and drain.
-        self.runtime: Any = None
+        self.runtime: WorkerRuntime | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -267,9 +271,6 @@ class Queue:
             return await self._fail_undispatched(run, f"dispatch failed: {e}", e)
 
     async def _execute_here(self, run: Run) -> Run:
-        from runq.daemon.executor import Interrupt
-        from runq.daemon.runtime import WorkerRuntime
-
         if self.runtime is not None:
             claimed = await self._dispatch_with(self.runtime, run)
         else:
@@ -291,9 +292,7 @@ class Queue:
             log.info("run.left_queued", run_id=run.id)
         return await self.store.get(run.id) or run
 
-    async def _dispatch_with(self, runtime: Any, run: Run) -> Run | None:
-        from runq.transports.sync import dispatch_in_caller
-
+    async def _dispatch_with(self, runtime: WorkerRuntime, run: Run) -> Run | None:
         return await dispatch_in_caller(
             self.store,
             runtime,
@@ -305,8 +304,6 @@ class Queue:
     async def _fail_undispatched(self, run: Run, error: str, cause: Exception) -> Run:
         """Fail a run whose dispatch failed: claim it (if still queued) and fail it for good.
         When even that cannot be written, the original error is raised."""
-        from runq.daemon.workers import new_worker_id
-
         worker_id = new_worker_id()
         try:
             current = await self.store.get(run.id)
@@ -392,6 +389,6 @@ class Queue:
 def _notifier_for(store: Store, tg: TaskGroup) -> Notifier | None:
     if not is_listenable(store):
         return None
-    notifier = Notifier(store)  # type: ignore[arg-type]
+    notifier = Notifier(store)
     tg.start_soon(notifier.run)
     return notifier

@@ -15,9 +15,9 @@ from serve_harness import RunqSetup, runq_engine, runq_setup
 
 from runq.budget import BudgetGate
 from runq.context import RunContext
-from runq.daemon.claimer import Claimer, ClaimerConfig, sweep
-from runq.daemon.runtime import WorkerRuntime
 from runq.model import Actor, Status, UsageTotals
+from runq.worker.claimer import Claimer, ClaimerConfig, sweep
+from runq.worker.runtime import WorkerRuntime
 
 pytestmark = [pytest.mark.anyio]
 __all__ = ["runq_engine", "runq_setup"]  # fixtures used by name

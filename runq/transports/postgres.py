@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 import anyio
 import asyncpg
@@ -33,7 +33,7 @@ RECONNECT_MIN = 0.1
 RECONNECT_MAX = 5.0
 
 
-def is_listenable(store: object) -> bool:
+def is_listenable(store: object) -> TypeGuard[ListenableStore]:
     return bool(getattr(store, "supports_listen", False)) and callable(
         getattr(store, "notify", None)
     )

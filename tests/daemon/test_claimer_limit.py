@@ -10,9 +10,9 @@ from helpers import wait_for
 from serve_harness import RunqSetup, runq_engine, runq_setup
 
 from runq.context import RunContext
-from runq.daemon.claimer import Claimer, ClaimerConfig
-from runq.daemon.runtime import WorkerRuntime
 from runq.model import Status
+from runq.worker.claimer import Claimer, ClaimerConfig
+from runq.worker.runtime import WorkerRuntime
 
 pytestmark = [pytest.mark.anyio, pytest.mark.daemon]
 __all__ = ["runq_engine", "runq_setup"]  # fixtures used by name

@@ -34,11 +34,10 @@ import anyio
 import anyio.lowlevel
 import msgspec
 
+from runq.backoff import backoff_delay
 from runq.components import ComponentRegistry, Handler, is_async_handler
 from runq.config import Config
 from runq.context import RunContext
-from runq.daemon.completer import Completer
-from runq.daemon.service import backoff_delay
 from runq.errors import (
     BudgetExhausted,
     LeaseLost,
@@ -62,6 +61,7 @@ from runq.metrics import (
 from runq.model import Completion, FailOutcome, Lease, Run, TerminationReason, retry_delay
 from runq.privacy import keep_answer
 from runq.store.base import Store
+from runq.worker.completer import Completer
 
 if TYPE_CHECKING:
     from runq.budget import BudgetGate, BudgetLeft

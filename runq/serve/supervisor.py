@@ -28,19 +28,19 @@ from anyio.abc import TaskGroup
 
 from runq.components import ComponentRegistry
 from runq.config import Config
-from runq.daemon.claimer import Claimer, ClaimerConfig
-from runq.daemon.executor import Interrupt
-from runq.daemon.exporter import Exporter, ExporterConfig
-from runq.daemon.reaper import Reaper, ReaperConfig
-from runq.daemon.retention import Retention, RetentionConfig
-from runq.daemon.runtime import WorkerRuntime
-from runq.daemon.service import run_periodically
-from runq.daemon.systemd import SystemdNotifier
-from runq.daemon.workers import WorkerRegistry
 from runq.log import get_logger
+from runq.maintenance.reaper import Reaper, ReaperConfig
+from runq.maintenance.retention import Retention, RetentionConfig
+from runq.maintenance.service import run_periodically
 from runq.metrics import EVENT_LOOP_LAG
 from runq.queue import Queue
+from runq.serve.exporter import Exporter, ExporterConfig
+from runq.serve.systemd import SystemdNotifier
 from runq.transports.postgres import Listener, is_listenable
+from runq.worker.claimer import Claimer, ClaimerConfig
+from runq.worker.executor import Interrupt
+from runq.worker.registry import WorkerRegistry
+from runq.worker.runtime import WorkerRuntime
 
 log = get_logger(__name__)
 
@@ -204,7 +204,7 @@ class Supervisor:
         )
 
     async def _start_listener(self, services: TaskGroup) -> None:
-        store: Any = self.store
+        store = self.store
         if not is_listenable(store):
             return
         self.listener = Listener(
@@ -346,7 +346,7 @@ def _bind(host: str, port: int) -> socket.socket:
 def _make_server(app: Any, done: anyio.Event, request_timeout: float) -> Any:
     import uvicorn
 
-    from runq.daemon.http_protocol import protocol_with_request_timeout
+    from runq.serve.http_protocol import protocol_with_request_timeout
 
     class EmbeddedServer(uvicorn.Server):
         """uvicorn inside our task group: the supervisor owns the signals."""

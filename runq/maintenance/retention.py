@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runq.daemon.service import run_periodically
 from runq.log import get_logger
+from runq.maintenance.service import run_periodically
 from runq.metrics import RETENTION_DELETED
 from runq.model import PurgeReport
 from runq.store.base import Store

@@ -16,13 +16,13 @@ import anyio
 from runq.budget import BudgetGate
 from runq.components import ComponentRegistry
 from runq.config import Config
-from runq.daemon.completer import Completer
-from runq.daemon.executor import Executor, InFlight
-from runq.daemon.heartbeat import Heartbeat, HeartbeatConfig
-from runq.daemon.service import sole_exception
-from runq.daemon.workers import new_worker_id
 from runq.metrics import BUDGET_REFUSALS
 from runq.store.base import Store
+from runq.taskgroups import sole_exception
+from runq.worker.completer import Completer
+from runq.worker.executor import Executor, InFlight
+from runq.worker.heartbeat import Heartbeat, HeartbeatConfig
+from runq.worker.registry import new_worker_id
 
 
 def _count_refusal(reason: str) -> None:

@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from runq.daemon.service import run_periodically
 from runq.log import get_logger
+from runq.maintenance.service import run_periodically
 from runq.metrics import REAPER_DEAD_LETTERED, REAPER_REQUEUED
 from runq.model import ReapReport
 from runq.store.base import Store

@@ -23,13 +23,13 @@ from functools import partial
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from runq.daemon.executor import Executor, InFlight
-from runq.daemon.runtime import WorkerRuntime
-from runq.daemon.service import backoff_delay
+from runq.backoff import backoff_delay
 from runq.log import get_logger
 from runq.metrics import CLAIMS, CONCURRENCY_LIMIT, STORE_ERRORS
 from runq.model import BudgetBlock, Run
 from runq.store.base import Store
+from runq.worker.executor import Executor, InFlight
+from runq.worker.runtime import WorkerRuntime
 
 log = get_logger(__name__)
 

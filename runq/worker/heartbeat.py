@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import anyio
 
-from runq.daemon.executor import InFlight, Interrupt
-from runq.daemon.service import backoff_delay
+from runq.backoff import backoff_delay
 from runq.log import get_logger
 from runq.metrics import STORE_ERRORS
 from runq.store.base import Store
+from runq.worker.executor import InFlight, Interrupt
 
 log = get_logger(__name__)
 
