@@ -1,4 +1,4 @@
-"""``runq ...``: the command line (DESIGN §7).
+"""``runq ...``: the command line.
 
 Every command takes ``--config FILE`` (also ``RUNQ_CONFIG``), ``--store-url`` (also
 ``RUNQ_STORE_URL``), ``--debug`` and ``--log-format``. A configuration error prints one
@@ -26,7 +26,15 @@ import click
 import msgspec
 
 from runq.components import ComponentRegistry
-from runq.config import Config, load_config, redact_url
+from runq.config import (
+    LIVE_WORKER_SECONDS,
+    REAP_LIMIT,
+    SWEEP_LIMIT,
+    SWEEP_TIME_LIMIT_SECONDS,
+    Config,
+    load_config,
+    redact_url,
+)
 from runq.errors import ConfigError, RunqError, StoreUnavailable
 from runq.log import configure_logging
 from runq.model import Actor, JobView, QueueHealth, Run, Status
@@ -233,17 +241,13 @@ def serve_cmd(cli_ctx: CliContext) -> None:
 @common_options
 def migrate_cmd(cli_ctx: CliContext) -> None:
     """Apply pending database migrations (safe while replicas run)."""
-    from runq.store import make_store, sealer_for
+    from runq.store import open_store
 
     config = cli_ctx.config
 
     async def go() -> int:
-        store = make_store(config.store.url, schema=config.store.schema, sealer=sealer_for(config))
-        await store.connect()
-        try:
+        async with open_store(config) as store:
             return await store.migrate()
-        finally:
-            await store.close()
 
     applied = run_async(go)
     click.echo(f"applied {applied} migration(s) to {redact_url(config.store.url)}")
@@ -318,8 +322,13 @@ def defer_cmd(cli_ctx: CliContext, **opts: Any) -> None:
 
 
 @cli.command("work")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
-@click.option("--time-limit", type=click.FloatRange(min=0), default=60.0, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=SWEEP_LIMIT, show_default=True)
+@click.option(
+    "--time-limit",
+    type=click.FloatRange(min=0),
+    default=SWEEP_TIME_LIMIT_SECONDS,
+    show_default=True,
+)
 @click.option("--json", "as_json", is_flag=True)
 @common_options
 def work_cmd(cli_ctx: CliContext, limit: int, time_limit: float, as_json: bool) -> None:
@@ -355,12 +364,12 @@ def work_cmd(cli_ctx: CliContext, limit: int, time_limit: float, as_json: bool) 
 
 @cli.command("reap")
 @click.option(
-    "--limit", type=int, default=50, show_default=True, help="At most this many (1-10000)."
+    "--limit", type=int, default=REAP_LIMIT, show_default=True, help="At most this many (1-10000)."
 )
 @click.option("--json", "as_json", is_flag=True)
 @common_options
 def reap_cmd(cli_ctx: CliContext, limit: int, as_json: bool) -> None:
-    """Settle running runs whose lease is stale: requeue or dead-letter (DESIGN §6)."""
+    """Settle running runs whose lease is stale: requeue or dead-letter."""
     if not 1 <= limit <= 10_000:
         click.echo(f"runq: --limit {limit} must be between 1 and 10000", err=True)
         sys.exit(EXIT_USAGE)
@@ -373,7 +382,7 @@ def reap_cmd(cli_ctx: CliContext, limit: int, as_json: bool) -> None:
             notifier = q.notifier
             reaper = Reaper(
                 q.store,
-                ReaperConfig(lock_grace_seconds=config.queue.lock_grace_seconds, limit=limit),
+                ReaperConfig.from_config(config, limit=limit),
                 on_requeued=notifier.request_wake if notifier is not None else None,
             )
             return await reaper.run_once()
@@ -394,17 +403,11 @@ def purge_cmd(cli_ctx: CliContext, as_json: bool) -> None:
     """Delete final runs older than retention_seconds (what the daemon does hourly)."""
     from runq.maintenance.retention import Retention, RetentionConfig
 
-    q_config = cli_ctx.config.queue
+    config = cli_ctx.config
 
     async def go() -> Any:
         async with cli_ctx.queue() as q:
-            retention = Retention(
-                q.store,
-                RetentionConfig(
-                    retention_seconds=q_config.retention_seconds,
-                    paused_retention_seconds=q_config.paused_retention_seconds,
-                ),
-            )
+            retention = Retention(q.store, RetentionConfig.from_config(config))
             return await retention.run_once()
 
     report = run_async(go)
@@ -456,7 +459,7 @@ def _print_status(health: QueueHealth, problems: list[str]) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--max-queue-wait", type=float, default=300.0, show_default=True)
 @click.option("--minimum-workers", type=int, default=1, show_default=True)
-@click.option("--worker-max-age", type=float, default=120.0, show_default=True)
+@click.option("--worker-max-age", type=float, default=LIVE_WORKER_SECONDS, show_default=True)
 @common_options
 def status_cmd(
     cli_ctx: CliContext,
@@ -692,35 +695,32 @@ def keys_rotate(cli_ctx: CliContext, page_size: int, after_id: str) -> None:
     resumable with --after."""
     from rich.progress import Progress
 
-    from runq.store import make_store, sealer_for
+    from runq.store import open_store
 
     config = cli_ctx.config
 
     async def go() -> tuple[int, int, str]:
-        store = make_store(config.store.url, schema=config.store.schema, sealer=sealer_for(config))
-        await store.connect()
         runs = values = 0
         last = after_id
-        try:
-            total = await store.count_runs()
-            with Progress(transient=False) as progress:
-                task = progress.add_task("re-sealing", total=total or None)
-                while True:
-                    next_id, resealed = await store.reseal_page(after_id=last, limit=page_size)
-                    values += resealed
-                    if next_id is None:
-                        break
-                    last = next_id
-                    # reseal_page reports the last id, not how many rows: count pages.
-                    runs = min(runs + page_size, total) if total else runs + page_size
-                    progress.update(task, completed=runs)
-                progress.update(task, completed=total)
-        except BaseException:
-            if last:
-                click.echo(f"interrupted; resume with --after {last}", err=True)
-            raise
-        finally:
-            await store.close()
+        async with open_store(config) as store:
+            try:
+                total = await store.count_runs()
+                with Progress(transient=False) as progress:
+                    task = progress.add_task("re-sealing", total=total or None)
+                    while True:
+                        next_id, resealed = await store.reseal_page(after_id=last, limit=page_size)
+                        values += resealed
+                        if next_id is None:
+                            break
+                        last = next_id
+                        # reseal_page reports the last id, not how many rows: count pages.
+                        runs = min(runs + page_size, total) if total else runs + page_size
+                        progress.update(task, completed=runs)
+                    progress.update(task, completed=total)
+            except BaseException:
+                if last:
+                    click.echo(f"interrupted; resume with --after {last}", err=True)
+                raise
         return runs, values, last
 
     started = time.monotonic()

@@ -1,4 +1,4 @@
-"""``RunContext``: what a handler gets besides its payload (DESIGN §7).
+"""``RunContext``: what a handler gets besides its payload.
 
     async def summarize(ctx: RunContext, payload: dict) -> dict:
         for chunk in payload["chunks"]:

@@ -37,7 +37,7 @@ from runq.model import (
     Status,
     SubmitResult,
 )
-from runq.store import make_store, sealer_for
+from runq.store import open_store
 from runq.store.base import Store
 from runq.taskgroups import sole_exception
 from runq.transports.base import Router
@@ -100,28 +100,26 @@ class Queue:
         cls, config: Config, migrate: bool, components: ComponentRegistry | None
     ) -> AsyncIterator[Queue]:
         registry = components or ComponentRegistry.from_config(config.components)
-        store = make_store(config.store.url, schema=config.store.schema, sealer=sealer_for(config))
-        await store.connect()
         sole: BaseException | None = None
         try:
-            if migrate:
-                await store.migrate()
-            async with anyio.create_task_group() as tg:
-                queue = cls(config, store, registry, notifier=_notifier_for(store, tg))
-                try:
-                    yield queue
-                finally:
-                    with anyio.CancelScope(shield=True):
-                        await queue._flush()
-                    tg.cancel_scope.cancel()
+            async with open_store(config) as store:
+                if migrate:
+                    await store.migrate()
+                async with anyio.create_task_group() as tg:
+                    queue = cls(config, store, registry, notifier=_notifier_for(store, tg))
+                    try:
+                        yield queue
+                    finally:
+                        with anyio.CancelScope(shield=True):
+                            await queue._flush()
+                        tg.cancel_scope.cancel()
         except BaseExceptionGroup as group:
             sole = sole_exception(group)
             if sole is None:
                 raise
         finally:
-            with anyio.CancelScope(shield=True):
-                await store.close()
-                if components is None:  # built here, so closed here
+            if components is None:  # built here, so closed here
+                with anyio.CancelScope(shield=True):
                     await registry.aclose()
         if sole is not None:
             raise sole  # the caller's own error, not the notifier's task group around it

@@ -6,6 +6,7 @@ moved past midnight (``store.clock_offset_seconds``)."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -44,7 +45,8 @@ async def statuses(q: Any, ids: list[str]) -> list[Status]:
 
 async def drive_claims(q: Any, runtime: WorkerRuntime, passes_until: Any) -> None:
     """Run a 16-slot claimer until ``passes_until()`` holds, then stop it."""
-    claimer = Claimer(q.store, runtime, ClaimerConfig(max_concurrency=16, poll_interval=0.05))
+    config = replace(ClaimerConfig.from_config(q.config), max_concurrency=16, poll_interval=0.05)
+    claimer = Claimer(q.store, runtime, config)
     async with runtime.active(), anyio.create_task_group() as tg:
         tg.start_soon(claimer.run, tg)
         await wait_for(passes_until, timeout=20, message="claims did not settle")

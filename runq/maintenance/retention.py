@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from runq.config import Config
 from runq.log import get_logger
 from runq.maintenance.service import run_periodically
 from runq.metrics import RETENTION_DELETED
@@ -21,13 +22,22 @@ log = get_logger(__name__)
 @dataclass(frozen=True)
 class RetentionConfig:
     #: Final runs older than this are deleted (``[queue] retention_seconds``).
-    retention_seconds: float = 86400.0
+    retention_seconds: float
     #: Paused runs not updated for this long are deleted; 0 keeps them until decided.
-    paused_retention_seconds: float = 0.0
+    paused_retention_seconds: float
     #: Seconds between passes in the daemon (``[queue] retention_interval_seconds``).
-    interval: float = 3600.0
+    interval: float
     #: Rows per DELETE statement.
     batch_size: int = 500
+
+    @classmethod
+    def from_config(cls, config: Config) -> RetentionConfig:
+        q = config.queue
+        return cls(
+            retention_seconds=q.retention_seconds,
+            paused_retention_seconds=q.paused_retention_seconds,
+            interval=q.retention_interval_seconds,
+        )
 
 
 class Retention:

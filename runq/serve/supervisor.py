@@ -6,7 +6,7 @@ their own executions group), the HTTP API, the event-loop-lag sampler and the sy
 watchdog. ``READY=1`` goes out once migrations ran and the first claim pass happened.
 
 Signals only set flags (uvicorn's pattern): the first SIGTERM/SIGINT starts the drain,
-a second one stops at once. The drain (seed 004): ``STOPPING=1``; stop claiming; give
+a second one stops at once. The drain: ``STOPPING=1``; stop claiming; give
 in-flight runs ``stop_timeout_seconds`` while heartbeats continue; then cancel each
 straggler once (attempts left → ``queued``, none → ``failed`` with "interrupted by worker
 shutdown"); then stop HTTP, remove the worker from the registry and close the store.
@@ -39,7 +39,7 @@ from runq.serve.systemd import SystemdNotifier
 from runq.transports.postgres import Listener, is_listenable
 from runq.worker.claimer import Claimer, ClaimerConfig
 from runq.worker.executor import Interrupt
-from runq.worker.registry import WorkerRegistry
+from runq.worker.registry import WorkerRegistry, WorkerRegistryConfig
 from runq.worker.runtime import WorkerRuntime
 
 log = get_logger(__name__)
@@ -56,54 +56,26 @@ class Supervisor:
         self.config: Config = queue.config
         self.store = queue.store
         self.systemd = notifier or SystemdNotifier()
-        q = self.config.queue
-        self.worker_enabled = q.worker
+        config = self.config
+        self.worker_enabled = config.queue.worker
         self.runtime = WorkerRuntime(
             store=self.store,
-            config=self.config,
+            config=config,
             components=queue.components,
             on_finished=self._wake_claimer,
+            settle_until_decided=True,
         )
-        # A serving daemon retries a settle write until the database decides it: an outage
-        # longer than the lease grace must not turn finished runs into retries.
-        self.runtime.executor.settle_timeout = None
-        self.claimer = Claimer(
-            self.store,
-            self.runtime,
-            ClaimerConfig(
-                max_concurrency=q.max_concurrency,
-                poll_interval=q.poll_interval,
-                deployment_id=q.deployment,
-                serialize_sessions=q.serialize_sessions,
-            ),
-        )
+        self.claimer = Claimer(self.store, self.runtime, ClaimerConfig.from_config(config))
         self.reaper = Reaper(
-            self.store,
-            ReaperConfig(
-                lock_grace_seconds=q.lock_grace_seconds,
-                limit=self.config.reaper.limit,
-                interval=q.poll_interval,
-            ),
-            on_requeued=self._wake_everyone,
+            self.store, ReaperConfig.from_config(config), on_requeued=self._wake_everyone
         )
-        self.retention = Retention(
-            self.store,
-            RetentionConfig(
-                retention_seconds=q.retention_seconds,
-                paused_retention_seconds=q.paused_retention_seconds,
-                interval=q.retention_interval_seconds,
-            ),
-        )
+        self.retention = Retention(self.store, RetentionConfig.from_config(config))
         self.registry = WorkerRegistry(
-            self.store, worker_id=self.runtime.worker_id, deployment_id=q.deployment
-        )
-        self.exporter = Exporter(
             self.store,
-            ExporterConfig(
-                lock_grace_seconds=q.lock_grace_seconds,
-                worker_max_age_seconds=max(120.0, 3 * q.heartbeat_interval),
-            ),
+            WorkerRegistryConfig.from_config(config),
+            worker_id=self.runtime.worker_id,
         )
+        self.exporter = Exporter(self.store, ExporterConfig.from_config(config))
         self.listener: Listener | None = None
         self._stop_requested = anyio.Event()
         self._hard_stop = False

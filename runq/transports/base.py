@@ -1,4 +1,4 @@
-"""The routing rule: which transport wakes the claimers for a component (DESIGN §5).
+"""The routing rule: which transport wakes the claimers for a component.
 
 ``[routing]`` maps patterns to transport names; the most specific pattern wins:
 ``"type/id"`` over ``"type/prefix*"`` (longer literal text first) over ``"type/*"`` over

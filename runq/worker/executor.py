@@ -308,12 +308,44 @@ def error_text(error: BaseException) -> str:
 # -- the executor --------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ExecutorConfig:
+    #: A handler still running after this many seconds is cancelled (``[queue] timeout_seconds``).
+    timeout_seconds: float
+    #: How long a settle write is retried while the database is away; None: until the
+    #: database decides it (the daemon, see ``Executor._durable``).
+    settle_timeout_seconds: float | None
+    #: Plain-function handlers run in at most this many threads (``[queue] max_concurrency``).
+    max_threads: int
+    #: Base of the full-jitter retry delay (``[queue] retry_delay_seconds``).
+    retry_delay_seconds: float
+    #: What of an answer is kept (``[privacy] level`` and ``redacted_max_chars``).
+    privacy_level: str
+    redacted_max_chars: int
+
+    @classmethod
+    def from_config(cls, config: Config, *, settle_until_decided: bool = False) -> ExecutorConfig:
+        """``settle_until_decided``: a serving daemon retries a settle write until the
+        database decides it, since an outage longer than the lease grace must not turn
+        finished runs into retries; a waiting caller (``runq work``, the ``sync``
+        transport) gives up after one lease grace and leaves the run to the reaper."""
+        q = config.queue
+        return cls(
+            timeout_seconds=q.timeout_seconds,
+            settle_timeout_seconds=None if settle_until_decided else q.lock_grace_seconds,
+            max_threads=max(q.max_concurrency, 1),
+            retry_delay_seconds=q.retry_delay_seconds,
+            privacy_level=config.privacy.level,
+            redacted_max_chars=config.privacy.redacted_max_chars,
+        )
+
+
 class Executor:
     def __init__(
         self,
         *,
         store: Store,
-        config: Config,
+        config: ExecutorConfig,
         components: ComponentRegistry,
         worker_id: str,
         inflight: InFlight,
@@ -331,11 +363,7 @@ class Executor:
         self.budget = budget
         self.on_finished = on_finished
         self.renew_soon = renew_soon
-        self.timeout = config.queue.timeout_seconds
-        #: How long a settle write is retried while the database is away; None: until the
-        #: database decides it (the daemon, see ``_durable``).
-        self.settle_timeout: float | None = config.queue.lock_grace_seconds
-        self._limiter = anyio.CapacityLimiter(max(config.queue.max_concurrency, 1))
+        self._limiter = anyio.CapacityLimiter(config.max_threads)
 
     def _fields(self, run: Run) -> dict[str, Any]:
         return {"run_id": run.id, "attempt": run.attempt, "worker_id": self.worker_id}
@@ -436,7 +464,7 @@ class Executor:
     async def _invoke(self, ex: Execution, handler: Handler) -> _Result:
         ctx = self._context(ex)
         try:
-            with anyio.move_on_after(self.timeout) as deadline, ex.scope:
+            with anyio.move_on_after(self.config.timeout_seconds) as deadline, ex.scope:
                 value = await self._call(handler, ctx, ex)
                 if ex.interrupted is None:
                     return _Answer(value)
@@ -446,7 +474,7 @@ class Executor:
             result = _Raised(e)
         else:
             result = (
-                _TimedOut(self.timeout)
+                _TimedOut(self.config.timeout_seconds)
                 if deadline.cancelled_caught
                 else _Raised(RuntimeError("handler was cancelled"))
             )
@@ -542,14 +570,14 @@ class Executor:
     ) -> T | None:
         """One settle write, retried while the database is away.
 
-        In the daemon (``settle_timeout`` None) until the database decides it, applied or
+        In the daemon (``settle_timeout_seconds`` None) until the database decides it, applied or
         fenced off: the execution stays in flight meanwhile, so the heartbeat renews its
         lease as soon as the database answers again, and the reaper waits one lease grace
         after an outage before it reaps. A completion that happened during an outage is
         then kept, not turned into a retry or a dead letter. Elsewhere (``runq work``, the
         sync transport: a caller is waiting) for at most one lease grace; after that the
         reaper settles the run."""
-        timeout = self.settle_timeout
+        timeout = self.config.settle_timeout_seconds
         deadline = None if timeout is None else time.monotonic() + timeout
         failures = 0
         while True:
@@ -584,8 +612,7 @@ class Executor:
         return Outcome("lost", applied=False)
 
     async def _complete(self, ex: Execution, value: Any, reason: TerminationReason) -> Outcome:
-        privacy = self.config.privacy
-        keep, stored = keep_answer(privacy.level, value, privacy.redacted_max_chars)
+        keep, stored = keep_answer(self.config.privacy_level, value, self.config.redacted_max_chars)
         if keep and not _encodable(stored):
             # Checked here so one bad answer never fails the batch it would share.
             return await self._fail(ex, "answer cannot be encoded as JSON", retryable=False)
@@ -613,7 +640,7 @@ class Executor:
     ) -> Outcome:
         run = ex.run
         if delay is None:
-            base = self.config.queue.retry_delay_seconds
+            base = self.config.retry_delay_seconds
             delay = retry_delay(run.attempt, base, random.random()) if retryable else 0.0
         result = await self._durable(
             ex,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -38,8 +39,9 @@ async def test_claims_never_exceed_max_concurrency(runq_setup: RunqSetup) -> Non
     async with runq_setup.queue(overrides) as q:
         ids = [(await q.defer("task", "tracked", {})).run.id for _ in range(RUNS)]
         runtime = WorkerRuntime(store=q.store, config=q.config, components=q.components)
+        config = ClaimerConfig.from_config(q.config)
         claimer = Claimer(
-            q.store, runtime, ClaimerConfig(max_concurrency=LIMIT, poll_interval=0.05)
+            q.store, runtime, replace(config, max_concurrency=LIMIT, poll_interval=0.05)
         )
 
         async def all_done() -> bool:
