@@ -135,10 +135,6 @@ class Queue:
         """The transport of a component: ``sync``, ``local`` or ``postgres``."""
         return self.router.route(component_type, component_id)
 
-    def wake_local(self) -> None:
-        """Wake the claimers of a daemon in this process (after a requeue or continue)."""
-        self.local.wake()
-
     async def _wake(self, run: Run, *, strict: bool) -> None:
         """The wake-up of a non-``sync`` route. ``strict`` (enqueue) raises on failure;
         otherwise (defer, requeue, continue) a failure is logged and the row stays queued."""

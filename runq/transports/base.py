@@ -53,10 +53,6 @@ class Router:
             self._cache[key] = found
         return found
 
-    @property
-    def uses_postgres(self) -> bool:
-        return "postgres" in self._routing.values()
-
 
 class ListenableStore(Protocol):
     """What the postgres transport needs of a store (``PostgresStore`` provides it)."""
