@@ -44,7 +44,7 @@ from runq.transports.base import Router
 from runq.transports.local import LocalHub, hub_for
 from runq.transports.postgres import Notifier, is_listenable
 from runq.worker.dispatch import dispatch_in_caller
-from runq.worker.executor import Interrupt
+from runq.worker.inflight import Interrupt
 from runq.worker.registry import new_worker_id
 from runq.worker.runtime import WorkerRuntime
 

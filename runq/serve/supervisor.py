@@ -38,7 +38,7 @@ from runq.serve.exporter import Exporter, ExporterConfig
 from runq.serve.systemd import SystemdNotifier
 from runq.transports.postgres import Listener, is_listenable
 from runq.worker.claimer import Claimer, ClaimerConfig
-from runq.worker.executor import Interrupt
+from runq.worker.inflight import Interrupt
 from runq.worker.registry import WorkerRegistry, WorkerRegistryConfig
 from runq.worker.runtime import WorkerRuntime
 

@@ -29,7 +29,8 @@ from runq.log import get_logger
 from runq.metrics import CLAIMS, CONCURRENCY_LIMIT, STORE_ERRORS
 from runq.model import BudgetBlock, Run
 from runq.store.base import Store
-from runq.worker.executor import Executor, InFlight
+from runq.worker.executor import Executor
+from runq.worker.inflight import InFlight
 from runq.worker.runtime import WorkerRuntime
 
 log = get_logger(__name__)

@@ -18,7 +18,7 @@ from runq.config import Config
 from runq.log import get_logger
 from runq.metrics import STORE_ERRORS
 from runq.store.base import Store
-from runq.worker.executor import InFlight, Interrupt
+from runq.worker.inflight import InFlight, Interrupt
 
 log = get_logger(__name__)
 

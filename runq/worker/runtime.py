@@ -20,8 +20,9 @@ from runq.metrics import BUDGET_REFUSALS
 from runq.store.base import Store
 from runq.taskgroups import sole_exception
 from runq.worker.completer import Completer, CompleterConfig
-from runq.worker.executor import Executor, ExecutorConfig, InFlight
+from runq.worker.executor import Executor, ExecutorConfig
 from runq.worker.heartbeat import Heartbeat, HeartbeatConfig
+from runq.worker.inflight import InFlight
 from runq.worker.registry import new_worker_id
 
 
