@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import importlib.util
 import signal
-import socket
 import time
 from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack, contextmanager
-from typing import Any
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -35,6 +34,12 @@ from runq.maintenance.service import run_periodically
 from runq.metrics import EVENT_LOOP_LAG
 from runq.queue import Queue
 from runq.serve.exporter import Exporter, ExporterConfig
+from runq.serve.http_server import (
+    HTTP_SHUTDOWN_SECONDS,
+    EmbeddedServer,
+    bind_listener,
+    embedded_server,
+)
 from runq.serve.systemd import SystemdNotifier
 from runq.transports.postgres import Listener, is_listenable
 from runq.worker.claimer import Claimer, ClaimerConfig
@@ -42,12 +47,14 @@ from runq.worker.inflight import Interrupt
 from runq.worker.registry import WorkerRegistry, WorkerRegistryConfig
 from runq.worker.runtime import WorkerRuntime
 
+if TYPE_CHECKING:
+    from litestar import Litestar
+
 log = get_logger(__name__)
 
 #: After the stragglers were cancelled, how long their settle writes may take.
 STRAGGLER_SETTLE_SECONDS = 5.0
 LAG_SAMPLE_SECONDS = 1.0
-HTTP_SHUTDOWN_SECONDS = 5
 
 
 class Supervisor:
@@ -80,7 +87,7 @@ class Supervisor:
         self._stop_requested = anyio.Event()
         self._hard_stop = False
         self.draining = False
-        self._http: Any = None
+        self._http: EmbeddedServer | None = None
         self._http_done = anyio.Event()
 
     # -- wake-ups ------------------------------------------------------------------------------
@@ -252,8 +259,8 @@ class Supervisor:
         app = self._build_app()
         if app is None:
             return
-        sock = _bind(*listen)
-        server = _make_server(app, self._http_done, self.config.http.request_timeout_seconds)
+        sock = bind_listener(*listen)
+        server = embedded_server(app, self._http_done, self.config.http.request_timeout_seconds)
         self._http = server
         services.start_soon(server.serve, [sock])
         with anyio.fail_after(30):
@@ -263,7 +270,7 @@ class Supervisor:
                 await anyio.sleep(0.01)
         log.info("http.listening", address=self.config.http.listen)
 
-    def _build_app(self) -> Any:
+    def _build_app(self) -> Litestar | None:
         if importlib.util.find_spec("runq.api.app") is None:
             log.warning("http.unavailable", reason="runq.api.app is not installed")
             return None
@@ -296,54 +303,6 @@ class Supervisor:
             before = time.monotonic()
             await anyio.sleep(LAG_SAMPLE_SECONDS)
             EVENT_LOOP_LAG.set(max(time.monotonic() - before - LAG_SAMPLE_SECONDS, 0.0))
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    """Bind here, so a busy port is a clear start-up error rather than uvicorn's exit."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as e:
-        sock.close()
-        from runq.errors import ConfigError
-
-        raise ConfigError("http.listen", f"cannot listen on {host}:{port}: {e.strerror}") from e
-    sock.listen(2048)
-    sock.setblocking(False)
-    return sock
-
-
-def _make_server(app: Any, done: anyio.Event, request_timeout: float) -> Any:
-    import uvicorn
-
-    from runq.serve.http_protocol import protocol_with_request_timeout
-
-    class EmbeddedServer(uvicorn.Server):
-        """uvicorn inside our task group: the supervisor owns the signals."""
-
-        @contextmanager
-        def capture_signals(self) -> Any:
-            yield
-
-        async def serve(self, sockets: list[socket.socket] | None = None) -> None:
-            try:
-                await super().serve(sockets)
-            finally:
-                done.set()
-
-    config = uvicorn.Config(
-        app,
-        lifespan="on",
-        log_config=None,
-        loop="none",
-        access_log=False,
-        timeout_graceful_shutdown=HTTP_SHUTDOWN_SECONDS,
-        # Slow or silent clients are cut off instead of holding connections for good.
-        http=protocol_with_request_timeout(request_timeout),
-    )
-    return EmbeddedServer(config)
 
 
 # -- entry point ----------------------------------------------------------------------------------
