@@ -1,4 +1,4 @@
-"""Configuration: defaults (DESIGN §7), every constraint naming its key, unknown keys with a
+"""Configuration: defaults, every constraint naming its key, unknown keys with a
 suggestion, environment overrides, malformed and missing files."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Retention: deletes final runs older than ``retention_seconds`` (seed 000, seed 004).
+"""Retention: deletes final runs older than ``retention_seconds``.
 
 Paused runs are kept until decided unless ``paused_retention_seconds > 0``. Deletion goes
 in batches so no statement holds locks for long. The daemon runs a pass at start and then

@@ -1,4 +1,4 @@
-"""The ``postgres`` transport: ``NOTIFY`` to wake, ``LISTEN`` in every replica (DESIGN §5).
+"""The ``postgres`` transport: ``NOTIFY`` to wake, ``LISTEN`` in every replica.
 
 ``Notifier`` coalesces wake-ups: a burst of submissions sends at most one ``NOTIFY`` per
 window (5 ms), and always one after the last request of a burst, so no submission is left
