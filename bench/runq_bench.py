@@ -35,11 +35,11 @@ import common
 
 import runq
 from runq.config import Config, load_config
-from runq.daemon.supervisor import Supervisor
 from runq.log import configure_logging
 from runq.model import Actor
 from runq.queue import Queue
 from runq.seal import generate_key
+from runq.serve.supervisor import Supervisor
 from runq.store import _common as store_common
 
 ROOT = common.BENCH_DIR.parent

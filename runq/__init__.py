@@ -1,4 +1,4 @@
-"""runq: a durable queue for background runs (DESIGN.md).
+"""runq: a durable queue for background runs.
 
 import runq
 

@@ -14,16 +14,29 @@ configuration, or ``user\\x1fconfiguration`` for a limit of scope ``both``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TypeVar
+from typing import Protocol, TypeVar
 from zoneinfo import ZoneInfo
 
 import msgspec
 
 from runq.config import BudgetConfig, BudgetLimit
 from runq.model import BudgetBlock, UsageKey, UsageTotals
-from runq.store.base import Store
+
+
+class UsageCounters(Protocol):
+    """What the gate reads of a store (every ``runq.store`` engine provides it); a
+    protocol of its own so the budget rules do not depend on the storage layer."""
+
+    async def now(self) -> float: ...
+
+    async def usage_totals(self, keys: Sequence[UsageKey]) -> dict[UsageKey, UsageTotals]: ...
+
+    async def usage_in_periods(
+        self, periods: Sequence[tuple[str, float]]
+    ) -> dict[UsageKey, UsageTotals]: ...
+
 
 PAIR_SEPARATOR = "\x1f"
 #: How long a computed block is reused; claims are frequent, budgets change slowly.
@@ -79,7 +92,7 @@ class BudgetGate:
     def __init__(
         self,
         config: BudgetConfig,
-        store: Store,
+        store: UsageCounters,
         *,
         on_refusal: Callable[[str], None] | None = None,
     ) -> None:

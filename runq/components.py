@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from runq.builtin import BUILTINS
@@ -18,7 +18,6 @@ from runq.context import RunContext
 from runq.errors import ConfigError
 
 Handler = Callable[[RunContext, Any], Any]
-AsyncHandler = Callable[[RunContext, Any], Awaitable[Any]]
 
 _KIND_MODULES = {"http": "runq.sidecar.http_component", "openai-chat": "runq.sidecar.openai_chat"}
 

@@ -35,6 +35,21 @@ _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _HANDLER_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _SECRET_REF_RE = re.compile(r"^(env:[A-Za-z_]\w*|file:.+)$")
 
+# Defaults that are not configuration keys but are shared by a service and a command; like
+# every other default they are written here only, and the services read them through their
+# ``from_config``.
+
+#: Stale runs settled per reaper pass (``[reaper] limit``, ``runq reap --limit``).
+REAP_LIMIT = 50
+#: ``runq work``: at most this many runs per sweep, and no new claim after this many seconds.
+SWEEP_LIMIT = 50
+SWEEP_TIME_LIMIT_SECONDS = 60.0
+#: A worker counts as live when seen within this many seconds (``runq status``, /metrics).
+LIVE_WORKER_SECONDS = 120.0
+#: Worker rows not seen for this long are deleted, checked this often.
+WORKER_ROW_MAX_AGE_SECONDS = 86400.0
+WORKER_PRUNE_INTERVAL_SECONDS = 3600.0
+
 
 class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     url: str = "sqlite:///runq.db"
@@ -73,7 +88,7 @@ class QueueConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class ReaperConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    limit: int = 50
+    limit: int = REAP_LIMIT
 
 
 class JwtConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -398,7 +413,7 @@ def validate(config: Config) -> None:
 
 def _validate_finite(config: Config) -> None:
     """TOML has ``inf`` and ``nan``, but no setting means them: an infinite lease grace or
-    retry delay would leave runs running or queued forever (DESIGN §2.1)."""
+    retry delay would leave runs running or queued forever."""
     structs: dict[str, msgspec.Struct] = {
         "queue": config.queue,
         "http": config.http,

@@ -1,4 +1,4 @@
-"""``RunContext``: what a handler gets besides its payload (DESIGN §7).
+"""``RunContext``: what a handler gets besides its payload.
 
     async def summarize(ctx: RunContext, payload: dict) -> dict:
         for chunk in payload["chunks"]:
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 
 class ExecutionHooks(Protocol):
-    """What the executor provides to a context (``runq.daemon.executor.Execution``)."""
+    """What the executor provides to a context (``runq.worker.executor.Execution``)."""
 
     async def checkpoint(self) -> None: ...
 

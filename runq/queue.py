@@ -9,7 +9,7 @@ when the component's route is not ``sync`` (a failed wake-up is logged and the r
 queued). ``enqueue()`` stores the run and then dispatches it: on ``sync`` the caller claims
 it by id and executes it with the daemon's executor, returning the run as it ended; on
 other routes the dispatch is the wake-up. A failed dispatch fails the run, so nothing is
-left queued that nobody will run (DESIGN §5, seed 003).
+left queued that nobody will run.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from anyio.abc import TaskGroup
 
 from runq.components import ComponentRegistry
 from runq.config import Config, load_config
-from runq.daemon.service import sole_exception
 from runq.errors import BadRequest, StoreUnavailable, UnknownComponent
 from runq.log import get_logger
 from runq.metrics import SUBMISSIONS
@@ -38,11 +37,16 @@ from runq.model import (
     Status,
     SubmitResult,
 )
-from runq.store import make_store, sealer_for
+from runq.store import open_store
 from runq.store.base import Store
+from runq.taskgroups import sole_exception
 from runq.transports.base import Router
 from runq.transports.local import LocalHub, hub_for
 from runq.transports.postgres import Notifier, is_listenable
+from runq.worker.dispatch import dispatch_in_caller
+from runq.worker.inflight import Interrupt
+from runq.worker.registry import new_worker_id
+from runq.worker.runtime import WorkerRuntime
 
 log = get_logger(__name__)
 
@@ -69,7 +73,7 @@ class Queue:
         self.validate_components = validate_components
         #: The daemon's worker when this queue lives inside ``runq serve``: a ``sync``
         #: dispatch then executes under its leases, heartbeats and drain.
-        self.runtime: Any = None
+        self.runtime: WorkerRuntime | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -96,28 +100,26 @@ class Queue:
         cls, config: Config, migrate: bool, components: ComponentRegistry | None
     ) -> AsyncIterator[Queue]:
         registry = components or ComponentRegistry.from_config(config.components)
-        store = make_store(config.store.url, schema=config.store.schema, sealer=sealer_for(config))
-        await store.connect()
         sole: BaseException | None = None
         try:
-            if migrate:
-                await store.migrate()
-            async with anyio.create_task_group() as tg:
-                queue = cls(config, store, registry, notifier=_notifier_for(store, tg))
-                try:
-                    yield queue
-                finally:
-                    with anyio.CancelScope(shield=True):
-                        await queue._flush()
-                    tg.cancel_scope.cancel()
+            async with open_store(config) as store:
+                if migrate:
+                    await store.migrate()
+                async with anyio.create_task_group() as tg:
+                    queue = cls(config, store, registry, notifier=_notifier_for(store, tg))
+                    try:
+                        yield queue
+                    finally:
+                        with anyio.CancelScope(shield=True):
+                            await queue._flush()
+                        tg.cancel_scope.cancel()
         except BaseExceptionGroup as group:
             sole = sole_exception(group)
             if sole is None:
                 raise
         finally:
-            with anyio.CancelScope(shield=True):
-                await store.close()
-                if components is None:  # built here, so closed here
+            if components is None:  # built here, so closed here
+                with anyio.CancelScope(shield=True):
                     await registry.aclose()
         if sole is not None:
             raise sole  # the caller's own error, not the notifier's task group around it
@@ -132,10 +134,6 @@ class Queue:
     def route(self, component_type: str, component_id: str) -> str:
         """The transport of a component: ``sync``, ``local`` or ``postgres``."""
         return self.router.route(component_type, component_id)
-
-    def wake_local(self) -> None:
-        """Wake the claimers of a daemon in this process (after a requeue or continue)."""
-        self.local.wake()
 
     async def _wake(self, run: Run, *, strict: bool) -> None:
         """The wake-up of a non-``sync`` route. ``strict`` (enqueue) raises on failure;
@@ -267,9 +265,6 @@ class Queue:
             return await self._fail_undispatched(run, f"dispatch failed: {e}", e)
 
     async def _execute_here(self, run: Run) -> Run:
-        from runq.daemon.executor import Interrupt
-        from runq.daemon.runtime import WorkerRuntime
-
         if self.runtime is not None:
             claimed = await self._dispatch_with(self.runtime, run)
         else:
@@ -291,9 +286,7 @@ class Queue:
             log.info("run.left_queued", run_id=run.id)
         return await self.store.get(run.id) or run
 
-    async def _dispatch_with(self, runtime: Any, run: Run) -> Run | None:
-        from runq.transports.sync import dispatch_in_caller
-
+    async def _dispatch_with(self, runtime: WorkerRuntime, run: Run) -> Run | None:
         return await dispatch_in_caller(
             self.store,
             runtime,
@@ -305,8 +298,6 @@ class Queue:
     async def _fail_undispatched(self, run: Run, error: str, cause: Exception) -> Run:
         """Fail a run whose dispatch failed: claim it (if still queued) and fail it for good.
         When even that cannot be written, the original error is raised."""
-        from runq.daemon.workers import new_worker_id
-
         worker_id = new_worker_id()
         try:
             current = await self.store.get(run.id)
@@ -392,6 +383,6 @@ class Queue:
 def _notifier_for(store: Store, tg: TaskGroup) -> Notifier | None:
     if not is_listenable(store):
         return None
-    notifier = Notifier(store)  # type: ignore[arg-type]
+    notifier = Notifier(store)
     tg.start_soon(notifier.run)
     return notifier

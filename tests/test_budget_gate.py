@@ -7,6 +7,7 @@ moved past midnight (``store.clock_offset_seconds``)."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -16,9 +17,9 @@ from serve_harness import RunqSetup, runq_engine, runq_setup
 
 from runq.budget import BudgetGate
 from runq.context import RunContext
-from runq.daemon.claimer import Claimer, ClaimerConfig, sweep
-from runq.daemon.runtime import WorkerRuntime
 from runq.model import Actor, Status, UsageTotals
+from runq.worker.claimer import Claimer, ClaimerConfig, sweep
+from runq.worker.runtime import WorkerRuntime
 
 pytestmark = [pytest.mark.anyio]
 __all__ = ["runq_engine", "runq_setup"]  # fixtures used by name
@@ -45,7 +46,8 @@ async def statuses(q: Any, ids: list[str]) -> list[Status]:
 
 async def drive_claims(q: Any, runtime: WorkerRuntime, passes_until: Any) -> None:
     """Run a 16-slot claimer until ``passes_until()`` holds, then stop it."""
-    claimer = Claimer(q.store, runtime, ClaimerConfig(max_concurrency=16, poll_interval=0.05))
+    config = replace(ClaimerConfig.from_config(q.config), max_concurrency=16, poll_interval=0.05)
+    claimer = Claimer(q.store, runtime, config)
     async with runtime.active(), anyio.create_task_group() as tg:
         tg.start_soon(claimer.run, tg)
         await wait_for(passes_until, timeout=20, message="claims did not settle")

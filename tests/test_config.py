@@ -1,4 +1,4 @@
-"""Configuration: defaults (DESIGN §7), every constraint naming its key, unknown keys with a
+"""Configuration: defaults, every constraint naming its key, unknown keys with a
 suggestion, environment overrides, malformed and missing files."""
 
 from __future__ import annotations
@@ -7,8 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from runq.config import Config, load_config, redact_url, store_engine
+from runq.config import LIVE_WORKER_SECONDS, Config, load_config, redact_url, store_engine
 from runq.errors import ConfigError
+from runq.maintenance.reaper import ReaperConfig
+from runq.maintenance.retention import RetentionConfig
+from runq.serve.exporter import ExporterConfig
+from runq.worker.claimer import ClaimerConfig
+from runq.worker.executor import ExecutorConfig
+from runq.worker.heartbeat import HeartbeatConfig
+from runq.worker.registry import WorkerRegistryConfig
 
 
 def load(text: str, environ: dict[str, str] | None = None, *, tmp: Path) -> Config:
@@ -80,6 +87,54 @@ def test_stop_timeout_defaults_below_a_small_lock_grace(tmp_path: Path) -> None:
     c = load("[queue]\nlock_grace_seconds = 3\n", tmp=tmp_path)
     assert c.queue.effective_stop_timeout == 2
     assert c.queue.heartbeat_interval == 1
+
+
+def test_each_service_takes_its_settings_from_the_config(tmp_path: Path) -> None:
+    """One mapping from config to each service: every setting read from the file, none
+    from a default of the service's own."""
+    c = load(
+        """
+[queue]
+max_concurrency = 7
+poll_interval = 0.25
+lock_grace_seconds = 90
+timeout_seconds = 12
+retry_delay_seconds = 3
+retention_seconds = 100
+paused_retention_seconds = 5
+retention_interval_seconds = 11
+deployment_id = "gpu"
+serialize_sessions = false
+
+[reaper]
+limit = 9
+
+[privacy]
+level = "full"
+redacted_max_chars = 100
+""",
+        tmp=tmp_path,
+    )
+    assert ClaimerConfig.from_config(c) == ClaimerConfig(
+        max_concurrency=7, poll_interval=0.25, deployment_id="gpu", serialize_sessions=False
+    )
+    assert HeartbeatConfig.from_config(c) == HeartbeatConfig(interval=30.0)
+    executor = ExecutorConfig.from_config(c)
+    assert (executor.timeout_seconds, executor.settle_timeout_seconds) == (12, 90)
+    assert (executor.max_threads, executor.retry_delay_seconds) == (7, 3)
+    assert (executor.privacy_level, executor.redacted_max_chars) == ("full", 100)
+    assert ExecutorConfig.from_config(c, settle_until_decided=True).settle_timeout_seconds is None
+    assert ReaperConfig.from_config(c) == ReaperConfig(
+        lock_grace_seconds=90, limit=9, interval=0.25
+    )
+    assert ReaperConfig.from_config(c, limit=3).limit == 3
+    retention = RetentionConfig.from_config(c)
+    assert (retention.retention_seconds, retention.paused_retention_seconds) == (100, 5)
+    assert retention.interval == 11
+    assert WorkerRegistryConfig.from_config(c).deployment_id == "gpu"
+    exporter = ExporterConfig.from_config(c)
+    assert exporter.lock_grace_seconds == 90
+    assert exporter.worker_max_age_seconds == LIVE_WORKER_SECONDS
 
 
 def test_a_full_file_is_read(tmp_path: Path) -> None:

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from serve_harness import RunqSetup, runq_engine, runq_setup
 
-from runq.daemon.claimer import sweep
-from runq.daemon.runtime import WorkerRuntime
 from runq.model import Status
 from runq.privacy import MASK
+from runq.worker.claimer import sweep
+from runq.worker.runtime import WorkerRuntime
 
 pytestmark = [pytest.mark.anyio]
 __all__ = ["runq_engine", "runq_setup"]  # fixtures used by name

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    # Imported for the annotation only: the queue module imports the daemon's pieces, and
-    # the API package must stay importable on its own (tests build apps around fakes too).
+    # Imported for the annotation only: the queue module pulls in the store engines and the
+    # worker core, and the API package stays light to import (tests build apps around fakes).
     from runq.config import Config
     from runq.queue import Queue
 

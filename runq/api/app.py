@@ -6,12 +6,15 @@ them and generates the OpenAPI 3 document, served at ``/schema/openapi.json``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from litestar import Litestar
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
+from litestar.types import ControllerRouterHandler
 
 from runq.api import AUTHENTICATOR_STATE_KEY, SERVICES_STATE_KEY, ApiServices
 from runq.api.auth import build_authenticator
@@ -23,15 +26,20 @@ from runq.api.routes_bulk import bulk_router
 from runq.api.routes_health import health_handlers
 from runq.api.routes_queue import queue_router
 from runq.api.routes_runs import runs_router
-from runq.ui import ui_routes
 
 #: Where the generated OpenAPI document is served: ``/schema/openapi.json``.
 OPENAPI_PATH = "/schema"
 API_VERSION = "1"
 
 
-def create_app(services: ApiServices) -> Litestar:
-    """Build the app. Raises ``ConfigError`` when an auth secret or key cannot be read."""
+def create_app(
+    services: ApiServices, extra_routes: Sequence[ControllerRouterHandler] = ()
+) -> Litestar:
+    """Build the app. Raises ``ConfigError`` when an auth secret or key cannot be read.
+
+    ``extra_routes`` are mounted beside the API (the daemon adds the console's pages);
+    the API itself never imports the console, which sits above it.
+    """
     http = services.config.http
     authenticator = build_authenticator(http)
     secured = http.auth != "open"
@@ -41,7 +49,7 @@ def create_app(services: ApiServices) -> Litestar:
             queue_router(secured=secured),
             bulk_router(secured=secured),
             *health_handlers,
-            *ui_routes(),
+            *extra_routes,
         ],
         dependencies={
             "services": Provide(provide_services, sync_to_thread=False),

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+
+import anyio
 
 from runq.config import Config, store_engine
 from runq.errors import ConfigError
 from runq.seal import KeyRing, Sealer, ensure_key_file, key_file_for, load_key_ring
 from runq.store.base import Store
 
-__all__ = ["Store", "make_store", "sealer_for", "sqlite_path"]
+__all__ = ["Store", "make_store", "open_store", "sealer_for", "sqlite_path"]
 
 
 def sqlite_path(url: str) -> Path:
@@ -40,3 +44,16 @@ def make_store(url: str, *, schema: str, sealer: Sealer) -> Store:
     from runq.store.postgres import PostgresStore
 
     return PostgresStore(url, schema=schema, sealer=sealer)
+
+
+@asynccontextmanager
+async def open_store(config: Config) -> AsyncIterator[Store]:
+    """The connected store of ``config`` (``[store]``, sealed with ``[seal] keys``); closed
+    when the block ends, even when it is cancelled."""
+    store = make_store(config.store.url, schema=config.store.schema, sealer=sealer_for(config))
+    await store.connect()
+    try:
+        yield store
+    finally:
+        with anyio.CancelScope(shield=True):
+            await store.close()

@@ -1,4 +1,4 @@
-"""Transports wake claimers; they never store anything (DESIGN §5). The run table is the queue.
+"""Transports wake claimers; they never store anything. The run table is the queue.
 
 - ``sync`` (the default): ``enqueue()`` executes the run in the caller; ``defer()`` sends
   nothing and the next sweep finds the row.

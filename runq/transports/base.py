@@ -1,4 +1,4 @@
-"""The routing rule: which transport wakes the claimers for a component (DESIGN §5).
+"""The routing rule: which transport wakes the claimers for a component.
 
 ``[routing]`` maps patterns to transport names; the most specific pattern wins:
 ``"type/id"`` over ``"type/prefix*"`` (longer literal text first) over ``"type/*"`` over
@@ -52,10 +52,6 @@ class Router:
             found = resolve_route(self._routing, component_type, component_id)
             self._cache[key] = found
         return found
-
-    @property
-    def uses_postgres(self) -> bool:
-        return "postgres" in self._routing.values()
 
 
 class ListenableStore(Protocol):

@@ -32,10 +32,6 @@ class LocalHub:
 
         return unsubscribe
 
-    @property
-    def has_subscribers(self) -> bool:
-        return bool(self._wakers)
-
     def wake(self) -> None:
         for waker in list(self._wakers):
             waker()

@@ -21,7 +21,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import anyio
 import asyncpg
@@ -42,7 +42,7 @@ RECONNECT_MIN = 0.1
 RECONNECT_MAX = 5.0
 
 
-def is_listenable(store: object) -> bool:
+def is_listenable(store: object) -> TypeGuard[ListenableStore]:
     return bool(getattr(store, "supports_listen", False)) and callable(
         getattr(store, "notify", None)
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -10,9 +11,9 @@ from helpers import wait_for
 from serve_harness import RunqSetup, runq_engine, runq_setup
 
 from runq.context import RunContext
-from runq.daemon.claimer import Claimer, ClaimerConfig
-from runq.daemon.runtime import WorkerRuntime
 from runq.model import Status
+from runq.worker.claimer import Claimer, ClaimerConfig
+from runq.worker.runtime import WorkerRuntime
 
 pytestmark = [pytest.mark.anyio, pytest.mark.daemon]
 __all__ = ["runq_engine", "runq_setup"]  # fixtures used by name
@@ -38,8 +39,9 @@ async def test_claims_never_exceed_max_concurrency(runq_setup: RunqSetup) -> Non
     async with runq_setup.queue(overrides) as q:
         ids = [(await q.defer("task", "tracked", {})).run.id for _ in range(RUNS)]
         runtime = WorkerRuntime(store=q.store, config=q.config, components=q.components)
+        config = ClaimerConfig.from_config(q.config)
         claimer = Claimer(
-            q.store, runtime, ClaimerConfig(max_concurrency=LIMIT, poll_interval=0.05)
+            q.store, runtime, replace(config, max_concurrency=LIMIT, poll_interval=0.05)
         )
 
         async def all_done() -> bool:

@@ -12,10 +12,10 @@ from helpers import wait_for
 from serve_handlers import read_executions
 from serve_harness import RunqSetup, pg_ready, pg_setup, runq_engine, runq_setup
 
-from runq.daemon.claimer import sweep
-from runq.daemon.runtime import WorkerRuntime
 from runq.errors import BadRequest, NotFound, UnknownComponent
 from runq.model import NewRun, Run, Status, TerminationReason
+from runq.worker.claimer import sweep
+from runq.worker.runtime import WorkerRuntime
 
 pytestmark = [pytest.mark.anyio, pytest.mark.daemon]
 

@@ -103,7 +103,6 @@ async def test_deferred_run_is_executed_and_its_answer_stored(
         unknown = await q.store.submit(
             NewRun(component_type="task", component_id="nope"), max_queue_depth=0
         )
-        q.wake_local()
         failed = await wait_status(q, unknown.run.id, {Status.FAILED})
         assert failed.termination_reason is TerminationReason.NOT_RETRYABLE
         assert failed.error == "unknown component task/nope"

@@ -21,7 +21,6 @@ An exception's message becomes the run's ``error``; its traceback goes to the lo
 
 from __future__ import annotations
 
-import enum
 import functools
 import random
 import threading
@@ -34,11 +33,10 @@ import anyio
 import anyio.lowlevel
 import msgspec
 
+from runq.backoff import backoff_delay
 from runq.components import ComponentRegistry, Handler, is_async_handler
 from runq.config import Config
 from runq.context import RunContext
-from runq.daemon.completer import Completer
-from runq.daemon.service import backoff_delay
 from runq.errors import (
     BudgetExhausted,
     LeaseLost,
@@ -62,6 +60,8 @@ from runq.metrics import (
 from runq.model import Completion, FailOutcome, Lease, Run, TerminationReason, retry_delay
 from runq.privacy import keep_answer_async
 from runq.store.base import Store
+from runq.worker.completer import Completer
+from runq.worker.inflight import InFlight, Interrupt
 
 if TYPE_CHECKING:
     from runq.budget import BudgetGate, BudgetLeft
@@ -78,12 +78,6 @@ MAX_ERROR_CHARS = 2000
 THREAD_POLL_SECONDS = 0.05
 #: Errors worth retrying a settle write for: the database is away, not the write wrong.
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (StoreUnavailable, OSError, TimeoutError)
-
-
-class Interrupt(enum.StrEnum):
-    CANCELLED = "cancelled"
-    LEASE_LOST = "lease_lost"
-    SHUTDOWN = "shutdown"
 
 
 class WorkerShutdown(RunInterrupted):
@@ -211,58 +205,6 @@ class Execution:
             self.executor.renew_soon()
 
 
-class InFlight:
-    """The executions of one worker, by run id: what the heartbeat renews and the drain waits on."""
-
-    def __init__(self) -> None:
-        self._by_id: dict[str, Execution] = {}
-        self._handed_in = 0
-        self._empty = anyio.Event()
-        self._empty.set()
-
-    def __len__(self) -> int:
-        return len(self._by_id)
-
-    @property
-    def executing(self) -> int:
-        """Executions whose handler still runs: what ``max_concurrency`` bounds."""
-        return len(self._by_id) - self._handed_in
-
-    def hand_in(self, execution: Execution) -> None:
-        if not execution.handed_in and self._by_id.get(execution.run.id) is execution:
-            execution.handed_in = True
-            self._handed_in += 1
-
-    def add(self, execution: Execution) -> None:
-        self._by_id[execution.run.id] = execution
-        if self._empty.is_set():
-            self._empty = anyio.Event()
-
-    def remove(self, execution: Execution) -> None:
-        if self._by_id.get(execution.run.id) is execution:
-            del self._by_id[execution.run.id]
-            if execution.handed_in:
-                self._handed_in -= 1
-        if not self._by_id:
-            self._empty.set()
-
-    def executions(self) -> list[Execution]:
-        return list(self._by_id.values())
-
-    def leases(self) -> list[Lease]:
-        return [ex.lease for ex in self._by_id.values()]
-
-    def interrupt(self, run_id: str, reason: Interrupt, attempt: int | None = None) -> bool:
-        execution = self._by_id.get(run_id)
-        if execution is None or (attempt is not None and execution.run.attempt != attempt):
-            return False
-        execution.interrupt(reason)
-        return True
-
-    async def wait_empty(self) -> None:
-        await self._empty.wait()
-
-
 # -- what an invocation ended with -----------------------------------------------------------
 
 
@@ -308,12 +250,44 @@ def error_text(error: BaseException) -> str:
 # -- the executor --------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ExecutorConfig:
+    #: A handler still running after this many seconds is cancelled (``[queue] timeout_seconds``).
+    timeout_seconds: float
+    #: How long a settle write is retried while the database is away; None: until the
+    #: database decides it (the daemon, see ``Executor._durable``).
+    settle_timeout_seconds: float | None
+    #: Plain-function handlers run in at most this many threads (``[queue] max_concurrency``).
+    max_threads: int
+    #: Base of the full-jitter retry delay (``[queue] retry_delay_seconds``).
+    retry_delay_seconds: float
+    #: What of an answer is kept (``[privacy] level`` and ``redacted_max_chars``).
+    privacy_level: str
+    redacted_max_chars: int
+
+    @classmethod
+    def from_config(cls, config: Config, *, settle_until_decided: bool = False) -> ExecutorConfig:
+        """``settle_until_decided``: a serving daemon retries a settle write until the
+        database decides it, since an outage longer than the lease grace must not turn
+        finished runs into retries; a waiting caller (``runq work``, the ``sync``
+        transport) gives up after one lease grace and leaves the run to the reaper."""
+        q = config.queue
+        return cls(
+            timeout_seconds=q.timeout_seconds,
+            settle_timeout_seconds=None if settle_until_decided else q.lock_grace_seconds,
+            max_threads=max(q.max_concurrency, 1),
+            retry_delay_seconds=q.retry_delay_seconds,
+            privacy_level=config.privacy.level,
+            redacted_max_chars=config.privacy.redacted_max_chars,
+        )
+
+
 class Executor:
     def __init__(
         self,
         *,
         store: Store,
-        config: Config,
+        config: ExecutorConfig,
         components: ComponentRegistry,
         worker_id: str,
         inflight: InFlight,
@@ -331,11 +305,7 @@ class Executor:
         self.budget = budget
         self.on_finished = on_finished
         self.renew_soon = renew_soon
-        self.timeout = config.queue.timeout_seconds
-        #: How long a settle write is retried while the database is away; None: until the
-        #: database decides it (the daemon, see ``_durable``).
-        self.settle_timeout: float | None = config.queue.lock_grace_seconds
-        self._limiter = anyio.CapacityLimiter(max(config.queue.max_concurrency, 1))
+        self._limiter = anyio.CapacityLimiter(config.max_threads)
 
     def _fields(self, run: Run) -> dict[str, Any]:
         return {"run_id": run.id, "attempt": run.attempt, "worker_id": self.worker_id}
@@ -436,7 +406,7 @@ class Executor:
     async def _invoke(self, ex: Execution, handler: Handler) -> _Result:
         ctx = self._context(ex)
         try:
-            with anyio.move_on_after(self.timeout) as deadline, ex.scope:
+            with anyio.move_on_after(self.config.timeout_seconds) as deadline, ex.scope:
                 value = await self._call(handler, ctx, ex)
                 if ex.interrupted is None:
                     return _Answer(value)
@@ -446,7 +416,7 @@ class Executor:
             result = _Raised(e)
         else:
             result = (
-                _TimedOut(self.timeout)
+                _TimedOut(self.config.timeout_seconds)
                 if deadline.cancelled_caught
                 else _Raised(RuntimeError("handler was cancelled"))
             )
@@ -542,14 +512,14 @@ class Executor:
     ) -> T | None:
         """One settle write, retried while the database is away.
 
-        In the daemon (``settle_timeout`` None) until the database decides it, applied or
+        In the daemon (``settle_timeout_seconds`` None) until the database decides it, applied or
         fenced off: the execution stays in flight meanwhile, so the heartbeat renews its
         lease as soon as the database answers again, and the reaper waits one lease grace
         after an outage before it reaps. A completion that happened during an outage is
         then kept, not turned into a retry or a dead letter. Elsewhere (``runq work``, the
         sync transport: a caller is waiting) for at most one lease grace; after that the
         reaper settles the run."""
-        timeout = self.settle_timeout
+        timeout = self.config.settle_timeout_seconds
         deadline = None if timeout is None else time.monotonic() + timeout
         failures = 0
         while True:
@@ -584,8 +554,9 @@ class Executor:
         return Outcome("lost", applied=False)
 
     async def _complete(self, ex: Execution, value: Any, reason: TerminationReason) -> Outcome:
-        privacy = self.config.privacy
-        keep, stored = await keep_answer_async(privacy.level, value, privacy.redacted_max_chars)
+        keep, stored = await keep_answer_async(
+            self.config.privacy_level, value, self.config.redacted_max_chars
+        )
         if keep and not _encodable(stored):
             # Checked here so one bad answer never fails the batch it would share.
             return await self._fail(ex, "answer cannot be encoded as JSON", retryable=False)
@@ -613,7 +584,7 @@ class Executor:
     ) -> Outcome:
         run = ex.run
         if delay is None:
-            base = self.config.queue.retry_delay_seconds
+            base = self.config.retry_delay_seconds
             delay = retry_delay(run.attempt, base, random.random()) if retryable else 0.0
         result = await self._durable(
             ex,

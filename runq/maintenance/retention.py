@@ -1,4 +1,4 @@
-"""Retention: deletes final runs older than ``retention_seconds`` (seed 000, seed 004).
+"""Retention: deletes final runs older than ``retention_seconds``.
 
 Paused runs are kept until decided unless ``paused_retention_seconds > 0``. Deletion goes
 in batches so no statement holds locks for long. The daemon runs a pass at start and then
@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runq.daemon.service import run_periodically
+from runq.config import Config
 from runq.log import get_logger
+from runq.maintenance.service import run_periodically
 from runq.metrics import RETENTION_DELETED
 from runq.model import PurgeReport
 from runq.store.base import Store
@@ -21,13 +22,22 @@ log = get_logger(__name__)
 @dataclass(frozen=True)
 class RetentionConfig:
     #: Final runs older than this are deleted (``[queue] retention_seconds``).
-    retention_seconds: float = 86400.0
+    retention_seconds: float
     #: Paused runs not updated for this long are deleted; 0 keeps them until decided.
-    paused_retention_seconds: float = 0.0
+    paused_retention_seconds: float
     #: Seconds between passes in the daemon (``[queue] retention_interval_seconds``).
-    interval: float = 3600.0
+    interval: float
     #: Rows per DELETE statement.
     batch_size: int = 500
+
+    @classmethod
+    def from_config(cls, config: Config) -> RetentionConfig:
+        q = config.queue
+        return cls(
+            retention_seconds=q.retention_seconds,
+            paused_retention_seconds=q.paused_retention_seconds,
+            interval=q.retention_interval_seconds,
+        )
 
 
 class Retention:

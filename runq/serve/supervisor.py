@@ -6,7 +6,7 @@ their own executions group), the HTTP API, the event-loop-lag sampler and the sy
 watchdog. ``READY=1`` goes out once migrations ran and the first claim pass happened.
 
 Signals only set flags (uvicorn's pattern): the first SIGTERM/SIGINT starts the drain,
-a second one stops at once. The drain (seed 004): ``STOPPING=1``; stop claiming; give
+a second one stops at once. The drain: ``STOPPING=1``; stop claiming; give
 in-flight runs ``stop_timeout_seconds`` while heartbeats continue; then cancel each
 straggler once (attempts left → ``queued``, none → ``failed`` with "interrupted by worker
 shutdown"); then stop HTTP, remove the worker from the registry and close the store.
@@ -17,37 +17,44 @@ from __future__ import annotations
 
 import importlib.util
 import signal
-import socket
 import time
 from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack, contextmanager
-from typing import Any
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskGroup
 
 from runq.components import ComponentRegistry
 from runq.config import Config
-from runq.daemon.claimer import Claimer, ClaimerConfig
-from runq.daemon.executor import Interrupt
-from runq.daemon.exporter import Exporter, ExporterConfig
-from runq.daemon.reaper import Reaper, ReaperConfig
-from runq.daemon.retention import Retention, RetentionConfig
-from runq.daemon.runtime import WorkerRuntime
-from runq.daemon.service import run_periodically
-from runq.daemon.systemd import SystemdNotifier
-from runq.daemon.workers import WorkerRegistry
 from runq.log import get_logger
+from runq.maintenance.reaper import Reaper, ReaperConfig
+from runq.maintenance.retention import Retention, RetentionConfig
+from runq.maintenance.service import run_periodically
 from runq.metrics import EVENT_LOOP_LAG
 from runq.queue import Queue
+from runq.serve.exporter import Exporter, ExporterConfig
+from runq.serve.http_server import (
+    HTTP_SHUTDOWN_SECONDS,
+    EmbeddedServer,
+    bind_listener,
+    embedded_server,
+)
+from runq.serve.systemd import SystemdNotifier
 from runq.transports.postgres import Listener, is_listenable
+from runq.worker.claimer import Claimer, ClaimerConfig
+from runq.worker.inflight import Interrupt
+from runq.worker.registry import WorkerRegistry, WorkerRegistryConfig
+from runq.worker.runtime import WorkerRuntime
+
+if TYPE_CHECKING:
+    from litestar import Litestar
 
 log = get_logger(__name__)
 
 #: After the stragglers were cancelled, how long their settle writes may take.
 STRAGGLER_SETTLE_SECONDS = 5.0
 LAG_SAMPLE_SECONDS = 1.0
-HTTP_SHUTDOWN_SECONDS = 5
 
 
 class Supervisor:
@@ -56,59 +63,31 @@ class Supervisor:
         self.config: Config = queue.config
         self.store = queue.store
         self.systemd = notifier or SystemdNotifier()
-        q = self.config.queue
-        self.worker_enabled = q.worker
+        config = self.config
+        self.worker_enabled = config.queue.worker
         self.runtime = WorkerRuntime(
             store=self.store,
-            config=self.config,
+            config=config,
             components=queue.components,
             on_finished=self._wake_claimer,
+            settle_until_decided=True,
         )
-        # A serving daemon retries a settle write until the database decides it: an outage
-        # longer than the lease grace must not turn finished runs into retries.
-        self.runtime.executor.settle_timeout = None
-        self.claimer = Claimer(
-            self.store,
-            self.runtime,
-            ClaimerConfig(
-                max_concurrency=q.max_concurrency,
-                poll_interval=q.poll_interval,
-                deployment_id=q.deployment,
-                serialize_sessions=q.serialize_sessions,
-            ),
-        )
+        self.claimer = Claimer(self.store, self.runtime, ClaimerConfig.from_config(config))
         self.reaper = Reaper(
-            self.store,
-            ReaperConfig(
-                lock_grace_seconds=q.lock_grace_seconds,
-                limit=self.config.reaper.limit,
-                interval=q.poll_interval,
-            ),
-            on_requeued=self._wake_everyone,
+            self.store, ReaperConfig.from_config(config), on_requeued=self._wake_everyone
         )
-        self.retention = Retention(
-            self.store,
-            RetentionConfig(
-                retention_seconds=q.retention_seconds,
-                paused_retention_seconds=q.paused_retention_seconds,
-                interval=q.retention_interval_seconds,
-            ),
-        )
+        self.retention = Retention(self.store, RetentionConfig.from_config(config))
         self.registry = WorkerRegistry(
-            self.store, worker_id=self.runtime.worker_id, deployment_id=q.deployment
-        )
-        self.exporter = Exporter(
             self.store,
-            ExporterConfig(
-                lock_grace_seconds=q.lock_grace_seconds,
-                worker_max_age_seconds=max(120.0, 3 * q.heartbeat_interval),
-            ),
+            WorkerRegistryConfig.from_config(config),
+            worker_id=self.runtime.worker_id,
         )
+        self.exporter = Exporter(self.store, ExporterConfig.from_config(config))
         self.listener: Listener | None = None
         self._stop_requested = anyio.Event()
         self._hard_stop = False
         self.draining = False
-        self._http: Any = None
+        self._http: EmbeddedServer | None = None
         self._http_done = anyio.Event()
 
     # -- wake-ups ------------------------------------------------------------------------------
@@ -204,7 +183,7 @@ class Supervisor:
         )
 
     async def _start_listener(self, services: TaskGroup) -> None:
-        store: Any = self.store
+        store = self.store
         if not is_listenable(store):
             return
         self.listener = Listener(
@@ -280,8 +259,8 @@ class Supervisor:
         app = self._build_app()
         if app is None:
             return
-        sock = _bind(*listen)
-        server = _make_server(app, self._http_done, self.config.http.request_timeout_seconds)
+        sock = bind_listener(*listen)
+        server = embedded_server(app, self._http_done, self.config.http.request_timeout_seconds)
         self._http = server
         services.start_soon(server.serve, [sock])
         with anyio.fail_after(30):
@@ -291,12 +270,13 @@ class Supervisor:
                 await anyio.sleep(0.01)
         log.info("http.listening", address=self.config.http.listen)
 
-    def _build_app(self) -> Any:
+    def _build_app(self) -> Litestar | None:
         if importlib.util.find_spec("runq.api.app") is None:
             log.warning("http.unavailable", reason="runq.api.app is not installed")
             return None
         from runq.api import ApiServices
         from runq.api.app import create_app
+        from runq.ui import ui_routes
 
         services = ApiServices(
             queue=self.queue,
@@ -306,7 +286,7 @@ class Supervisor:
             readiness=self.readiness,
             wake=self._wake_after_operator,
         )
-        return create_app(services)
+        return create_app(services, extra_routes=ui_routes())
 
     async def _stop_http(self) -> None:
         server = self._http
@@ -324,54 +304,6 @@ class Supervisor:
             before = time.monotonic()
             await anyio.sleep(LAG_SAMPLE_SECONDS)
             EVENT_LOOP_LAG.set(max(time.monotonic() - before - LAG_SAMPLE_SECONDS, 0.0))
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    """Bind here, so a busy port is a clear start-up error rather than uvicorn's exit."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as e:
-        sock.close()
-        from runq.errors import ConfigError
-
-        raise ConfigError("http.listen", f"cannot listen on {host}:{port}: {e.strerror}") from e
-    sock.listen(2048)
-    sock.setblocking(False)
-    return sock
-
-
-def _make_server(app: Any, done: anyio.Event, request_timeout: float) -> Any:
-    import uvicorn
-
-    from runq.daemon.http_protocol import protocol_with_request_timeout
-
-    class EmbeddedServer(uvicorn.Server):
-        """uvicorn inside our task group: the supervisor owns the signals."""
-
-        @contextmanager
-        def capture_signals(self) -> Any:
-            yield
-
-        async def serve(self, sockets: list[socket.socket] | None = None) -> None:
-            try:
-                await super().serve(sockets)
-            finally:
-                done.set()
-
-    config = uvicorn.Config(
-        app,
-        lifespan="on",
-        log_config=None,
-        loop="none",
-        access_log=False,
-        timeout_graceful_shutdown=HTTP_SHUTDOWN_SECONDS,
-        # Slow or silent clients are cut off instead of holding connections for good.
-        http=protocol_with_request_timeout(request_timeout),
-    )
-    return EmbeddedServer(config)
 
 
 # -- entry point ----------------------------------------------------------------------------------

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 
 import anyio
 
-from runq.daemon.executor import InFlight, Interrupt
-from runq.daemon.service import backoff_delay
+from runq.backoff import backoff_delay
+from runq.config import Config
 from runq.log import get_logger
 from runq.metrics import STORE_ERRORS
 from runq.store.base import Store
+from runq.worker.inflight import InFlight, Interrupt
 
 log = get_logger(__name__)
 
@@ -26,6 +27,10 @@ log = get_logger(__name__)
 class HeartbeatConfig:
     #: Seconds between passes: ``lock_grace_seconds / 3``.
     interval: float
+
+    @classmethod
+    def from_config(cls, config: Config) -> HeartbeatConfig:
+        return cls(interval=config.queue.heartbeat_interval)
 
 
 @dataclass(frozen=True)

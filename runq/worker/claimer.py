@@ -3,12 +3,12 @@
 ``Claimer.run`` claims as many runs as there are free slots (``max_concurrency`` minus
 in-flight) in one statement, starts each in the executions task group, and then sleeps
 until woken (a transport, a finished run, a requeue) or ``poll_interval`` passes. The
-budget is asked before the claim (seed 003): users and configurations over a cap are
-excluded, so their runs stay queued while the runs behind them go on. On a database error
-it logs, backs off with jitter and tries again, so a PostgreSQL restart needs no restart
-of the daemon.
+budget is asked before the claim (a refusal after it would cost the run): users and
+configurations over a cap are excluded, so their runs stay queued while the runs behind
+them go on. On a database error it logs, backs off with jitter and tries again, so a
+PostgreSQL restart needs no restart of the daemon.
 
-``sweep`` is one bounded pass for cron (seed 003, ``runq work``): oldest first, at most
+``sweep`` is one bounded pass for cron (``runq work``): oldest first, at most
 ``limit`` runs within ``time_limit`` seconds, executed one at a time by the same executor.
 A failed run is that run's outcome; a queue that cannot be read raises.
 """
@@ -23,13 +23,15 @@ from functools import partial
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from runq.daemon.executor import Executor, InFlight
-from runq.daemon.runtime import WorkerRuntime
-from runq.daemon.service import backoff_delay
+from runq.backoff import backoff_delay
+from runq.config import Config
 from runq.log import get_logger
 from runq.metrics import CLAIMS, CONCURRENCY_LIMIT, STORE_ERRORS
 from runq.model import BudgetBlock, Run
 from runq.store.base import Store
+from runq.worker.executor import Executor
+from runq.worker.inflight import InFlight
+from runq.worker.runtime import WorkerRuntime
 
 log = get_logger(__name__)
 
@@ -39,13 +41,23 @@ CLAIM_BACKOFF_MAX = 10.0
 @dataclass(frozen=True)
 class ClaimerConfig:
     #: Slots: runs this process executes at once (``[queue] max_concurrency``).
-    max_concurrency: int = 32
+    max_concurrency: int
     #: Seconds between claim passes when nothing wakes the claimer (``[queue] poll_interval``).
-    poll_interval: float = 1.0
+    poll_interval: float
     #: This replica's deployment (affinity); None claims only runs with none.
-    deployment_id: str | None = None
+    deployment_id: str | None
     #: One run at a time per session, oldest first (``[queue] serialize_sessions``).
-    serialize_sessions: bool = True
+    serialize_sessions: bool
+
+    @classmethod
+    def from_config(cls, config: Config) -> ClaimerConfig:
+        q = config.queue
+        return cls(
+            max_concurrency=q.max_concurrency,
+            poll_interval=q.poll_interval,
+            deployment_id=q.deployment,
+            serialize_sessions=q.serialize_sessions,
+        )
 
 
 class Claimer:

@@ -1,4 +1,4 @@
-"""The ``sync`` transport: the dispatch *is* the execution (DESIGN §5).
+"""The ``sync`` transport: the dispatch *is* the execution.
 
 ``enqueue()`` claims the run by id and executes it in the caller's process with the same
 ``Executor`` the daemon uses, under its own lease and heartbeat; ``defer()`` on this route
@@ -9,14 +9,10 @@ before it: it stays queued for the next sweep.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from runq.metrics import CLAIMS
 from runq.model import Run
-
-if TYPE_CHECKING:
-    from runq.daemon.runtime import WorkerRuntime
-    from runq.store.base import Store
+from runq.store.base import Store
+from runq.worker.runtime import WorkerRuntime
 
 
 async def dispatch_in_caller(

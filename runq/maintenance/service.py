@@ -7,43 +7,18 @@ service; cancellation is never swallowed.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import anyio
 
+from runq.backoff import backoff_delay
 from runq.log import get_logger
 from runq.metrics import STORE_ERRORS
 
 log = get_logger(__name__)
 
 T = TypeVar("T")
-
-BACKOFF_MIN = 0.5
-BACKOFF_MAX = 30.0
-
-
-def sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
-    """The one exception inside ``group`` (nested groups flattened), or None when several.
-
-    A task group that hosts a background task wraps the exception of its own body in a
-    group; context managers built on one re-raise that exception alone (outside the
-    ``except`` block, so its ``__context__`` stays its own) and callers see ``NotFound``,
-    not ``ExceptionGroup``.
-    """
-    inner: BaseException = group
-    while isinstance(inner, BaseExceptionGroup):
-        if len(inner.exceptions) != 1:
-            return None
-        inner = inner.exceptions[0]
-    return inner
-
-
-def backoff_delay(failures: int, *, cap: float = BACKOFF_MAX, base: float = BACKOFF_MIN) -> float:
-    """Jittered exponential backoff: ``base · 2^(failures-1)`` capped, times uniform(0.5, 1)."""
-    ceiling = min(cap, base * 2.0 ** max(failures - 1, 0))
-    return ceiling * random.uniform(0.5, 1.0)
 
 
 async def run_periodically(

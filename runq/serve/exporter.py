@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import anyio
 from prometheus_client import generate_latest
 
+from runq.config import LIVE_WORKER_SECONDS, Config
 from runq.log import get_logger
 from runq.metrics import (
     EXPIRED_LEASES,
@@ -29,14 +30,28 @@ from runq.store.base import Store
 log = get_logger(__name__)
 
 
+#: DB-derived gauges are refreshed at most this often (tuning, not configuration).
+CACHE_SECONDS = 5.0
+
+
 @dataclass(frozen=True)
 class ExporterConfig:
     #: A lease is stale this long after its last heartbeat.
-    lock_grace_seconds: float = 60.0
+    lock_grace_seconds: float
     #: A worker counts as live when seen within this many seconds.
-    worker_max_age_seconds: float = 120.0
+    worker_max_age_seconds: float
     #: DB-derived gauges are refreshed at most this often.
-    cache_seconds: float = 5.0
+    cache_seconds: float
+
+    @classmethod
+    def from_config(cls, config: Config) -> ExporterConfig:
+        q = config.queue
+        return cls(
+            lock_grace_seconds=q.lock_grace_seconds,
+            # Never shorter than three heartbeats: a live worker must not flicker dead.
+            worker_max_age_seconds=max(LIVE_WORKER_SECONDS, 3 * q.heartbeat_interval),
+            cache_seconds=CACHE_SECONDS,
+        )
 
 
 class Exporter:

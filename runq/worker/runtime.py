@@ -1,6 +1,6 @@
 """What executes runs in one process: worker id, in-flight registry, heartbeat, completer,
 executor. The daemon, ``runq work`` and the ``sync`` transport each build one, so all three
-share one code path (DESIGN §4).
+share one code path.
 
 Outside the daemon, ``active()`` runs the heartbeat (and, when batching, the completer)
 for as long as the caller executes runs.
@@ -16,13 +16,14 @@ import anyio
 from runq.budget import BudgetGate
 from runq.components import ComponentRegistry
 from runq.config import Config
-from runq.daemon.completer import Completer
-from runq.daemon.executor import Executor, InFlight
-from runq.daemon.heartbeat import Heartbeat, HeartbeatConfig
-from runq.daemon.service import sole_exception
-from runq.daemon.workers import new_worker_id
 from runq.metrics import BUDGET_REFUSALS
 from runq.store.base import Store
+from runq.taskgroups import sole_exception
+from runq.worker.completer import Completer, CompleterConfig
+from runq.worker.executor import Executor, ExecutorConfig
+from runq.worker.heartbeat import Heartbeat, HeartbeatConfig
+from runq.worker.inflight import InFlight
+from runq.worker.registry import new_worker_id
 
 
 def _count_refusal(reason: str) -> None:
@@ -38,22 +39,26 @@ class WorkerRuntime:
         components: ComponentRegistry,
         worker_id: str | None = None,
         on_finished: Callable[[], None] | None = None,
+        settle_until_decided: bool = False,
     ) -> None:
+        """``settle_until_decided``: see ``ExecutorConfig.from_config`` (the daemon's choice)."""
         self.store = store
         self.config = config
         self.worker_id = worker_id or new_worker_id()
         self.inflight = InFlight()
         self.budget = BudgetGate(config.budget, store, on_refusal=_count_refusal)
-        self.completer = Completer(store, self.worker_id, executing=lambda: self.inflight.executing)
-        self.heartbeat = Heartbeat(
+        self.completer = Completer(
             store,
             self.worker_id,
-            self.inflight,
-            HeartbeatConfig(interval=config.queue.heartbeat_interval),
+            CompleterConfig.from_config(config),
+            executing=lambda: self.inflight.executing,
+        )
+        self.heartbeat = Heartbeat(
+            store, self.worker_id, self.inflight, HeartbeatConfig.from_config(config)
         )
         self.executor = Executor(
             store=store,
-            config=config,
+            config=ExecutorConfig.from_config(config, settle_until_decided=settle_until_decided),
             components=components,
             worker_id=self.worker_id,
             inflight=self.inflight,

@@ -13,6 +13,7 @@ import secrets
 import socket
 from dataclasses import dataclass
 
+from runq.config import WORKER_PRUNE_INTERVAL_SECONDS, WORKER_ROW_MAX_AGE_SECONDS, Config
 from runq.log import get_logger
 from runq.model import WorkerInfo
 from runq.store.base import Store
@@ -27,9 +28,19 @@ def new_worker_id() -> str:
 @dataclass(frozen=True)
 class WorkerRegistryConfig:
     #: Rows not seen for this long are deleted by ``prune_once``.
-    max_age_seconds: float = 86400.0
+    max_age_seconds: float
     #: How often the daemon prunes.
-    prune_interval_seconds: float = 3600.0
+    prune_interval_seconds: float
+    #: This replica's deployment, recorded beside the worker id (``[queue] deployment_id``).
+    deployment_id: str | None
+
+    @classmethod
+    def from_config(cls, config: Config) -> WorkerRegistryConfig:
+        return cls(
+            max_age_seconds=WORKER_ROW_MAX_AGE_SECONDS,
+            prune_interval_seconds=WORKER_PRUNE_INTERVAL_SECONDS,
+            deployment_id=config.queue.deployment,
+        )
 
 
 @dataclass(frozen=True)
@@ -41,18 +52,17 @@ class WorkerRegistry:
     def __init__(
         self,
         store: Store,
+        config: WorkerRegistryConfig,
         *,
         worker_id: str,
-        deployment_id: str | None,
-        config: WorkerRegistryConfig | None = None,
     ) -> None:
         self.store = store
-        self.config = config or WorkerRegistryConfig()
+        self.config = config
         self.info = WorkerInfo(
             id=worker_id,
             hostname=socket.gethostname(),
             pid=os.getpid(),
-            deployment_id=deployment_id,
+            deployment_id=config.deployment_id,
         )
 
     async def register(self) -> None:

@@ -1,4 +1,4 @@
-"""The reaper: settles running runs whose lease went stale (DESIGN §6, seed 000).
+"""The reaper: settles running runs whose lease went stale.
 
 Rules, in order, applied by ``store.reap_stale`` with each UPDATE rechecking staleness so
 a lease renewed after the scan wins: a non-idempotent section → ``failed`` /
@@ -17,8 +17,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from runq.daemon.service import run_periodically
+from runq.config import Config
 from runq.log import get_logger
+from runq.maintenance.service import run_periodically
 from runq.metrics import REAPER_DEAD_LETTERED, REAPER_REQUEUED
 from runq.model import ReapReport
 from runq.store.base import Store
@@ -29,11 +30,20 @@ log = get_logger(__name__)
 @dataclass(frozen=True)
 class ReaperConfig:
     #: A lease is stale this long after its last heartbeat (``[queue] lock_grace_seconds``).
-    lock_grace_seconds: float = 60.0
+    lock_grace_seconds: float
     #: At most this many stale runs per pass (``[reaper] limit``).
-    limit: int = 50
+    limit: int
     #: Seconds between passes in the daemon (``[queue] poll_interval``).
-    interval: float = 1.0
+    interval: float
+
+    @classmethod
+    def from_config(cls, config: Config, *, limit: int | None = None) -> ReaperConfig:
+        """``limit`` overrides ``[reaper] limit`` (``runq reap --limit``)."""
+        return cls(
+            lock_grace_seconds=config.queue.lock_grace_seconds,
+            limit=config.reaper.limit if limit is None else limit,
+            interval=config.queue.poll_interval,
+        )
 
 
 class Reaper:

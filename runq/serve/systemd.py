@@ -57,9 +57,6 @@ class SystemdNotifier:
     def stopping(self) -> bool:
         return self.notify("STOPPING=1\nSTATUS=draining")
 
-    def status(self, text: str) -> bool:
-        return self.notify(f"STATUS={text}")
-
     async def watchdog_loop(self) -> None:
         """Pet the watchdog while the event loop is alive (a stuck loop misses it)."""
         if self.watchdog_interval is None:

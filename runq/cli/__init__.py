@@ -1,0 +1,49 @@
+"""``runq ...``: the command line.
+
+Every command takes ``--config FILE`` (also ``RUNQ_CONFIG``), ``--store-url`` (also
+``RUNQ_STORE_URL``), ``--debug`` and ``--log-format``. A configuration error prints one
+line naming the key and exits 2; an unreachable database prints one line and exits 1; a
+traceback appears only with ``--debug``.
+
+One module per concern: ``options`` (global options, errors, exit codes), ``render``
+(printing), ``serve`` (serve, migrate, work, reap, purge), ``submit`` (enqueue, defer),
+``status``, ``jobs`` and ``keys``.
+"""
+
+from __future__ import annotations
+
+import click
+
+from runq.cli.jobs import jobs
+from runq.cli.keys import keys
+from runq.cli.serve import migrate_cmd, purge_cmd, reap_cmd, serve_cmd, work_cmd
+from runq.cli.status import status_cmd
+from runq.cli.submit import defer_cmd, enqueue_cmd
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="runq")
+def cli() -> None:
+    """runq: a durable queue for background runs."""
+
+
+for command in (
+    serve_cmd,
+    migrate_cmd,
+    enqueue_cmd,
+    defer_cmd,
+    work_cmd,
+    reap_cmd,
+    purge_cmd,
+    status_cmd,
+    jobs,
+    keys,
+):
+    cli.add_command(command)
+
+
+def main() -> None:
+    cli(prog_name="runq")
+
+
+__all__ = ["cli", "main"]

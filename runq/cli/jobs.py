@@ -1,0 +1,133 @@
+"""``runq jobs``: list, show, requeue, cancel and continue runs."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from runq.cli.options import CliContext, common_options, read_json_arg, run_async
+from runq.cli.render import echo_json, job_row, new_console, print_report, print_run
+from runq.model import JobView, Page, Run, Status
+
+if TYPE_CHECKING:
+    from runq.queue import Queue
+
+
+@click.group("jobs")
+def jobs() -> None:
+    """List, show, requeue, cancel and continue runs (the /queue operator surface)."""
+
+
+@jobs.command("list")
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    type=click.Choice([s.value for s in Status]),
+    help="Repeat to match several.",
+)
+@click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True)
+@click.option("--page", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--sort-by", default="created_at", show_default=True)
+@click.option("--sort-order", type=click.Choice(["asc", "desc"]), default="desc", show_default=True)
+@click.option("--user", default=None, help="Only this user's runs.")
+@click.option("--json", "as_json", is_flag=True)
+@common_options
+def jobs_list(cli_ctx: CliContext, **opts: Any) -> None:
+    """Runs, newest first by default."""
+
+    async def go() -> Page:
+        async with cli_ctx.queue() as q:
+            return await q.list_jobs(
+                statuses=[Status(s) for s in opts["statuses"]],
+                page=opts["page"],
+                limit=opts["limit"],
+                sort_by=opts["sort_by"],
+                sort_order=opts["sort_order"],
+                user_id=opts["user"],
+            )
+
+    page = run_async(go)
+    if opts["as_json"]:
+        data = [JobView.from_run(r) for r in page.data]
+        meta = {
+            "page": page.page,
+            "limit": page.limit,
+            "total_count": page.total_count,
+            "total_pages": page.total_pages,
+        }
+        echo_json({"data": data, "meta": meta})
+        return
+    from rich.table import Table
+
+    table = Table("id", "component", "status", "attempt", "created (UTC)", "error")
+    for run in page.data:
+        table.add_row(*job_row(run))
+    console = new_console()
+    console.print(table)
+    console.print(f"page {page.page} of {max(page.total_pages, 1)} ({page.total_count} runs)")
+
+
+async def _one(cli_ctx: CliContext, verb: Callable[[Queue], Awaitable[Run | None]]) -> Run | None:
+    async with cli_ctx.queue() as q:
+        return await verb(q)
+
+
+@jobs.command("show")
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True)
+@common_options
+def jobs_show(cli_ctx: CliContext, run_id: str, as_json: bool) -> None:
+    """One run, all fields."""
+    run = run_async(lambda: _one(cli_ctx, lambda q: q.get(run_id)))
+    if run is None:
+        click.echo(f"runq: no run {run_id}", err=True)
+        sys.exit(1)
+    print_run(run, as_json)
+
+
+@jobs.command("requeue")
+@click.argument("run_id")
+@click.option("--clear-cancellation", is_flag=True, help="Also clear a recorded cancel.")
+@click.option("--force", is_flag=True, help="Even within lock_grace_seconds of its failure.")
+@click.option("--json", "as_json", is_flag=True)
+@common_options
+def jobs_requeue(
+    cli_ctx: CliContext, run_id: str, clear_cancellation: bool, force: bool, as_json: bool
+) -> None:
+    """Give a failed or cancelled run one more attempt."""
+    run = run_async(
+        lambda: _one(
+            cli_ctx,
+            lambda q: q.requeue(run_id, clear_cancellation=clear_cancellation, force=force),
+        )
+    )
+    assert run is not None
+    print_report(run, as_json)
+
+
+@jobs.command("cancel")
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True)
+@common_options
+def jobs_cancel(cli_ctx: CliContext, run_id: str, as_json: bool) -> None:
+    """Cancel a run (a running one stops at its next checkpoint or heartbeat)."""
+    run = run_async(lambda: _one(cli_ctx, lambda q: q.cancel(run_id)))
+    assert run is not None
+    print_report(run, as_json)
+
+
+@jobs.command("continue")
+@click.argument("run_id")
+@click.option("--decision", default="null", show_default=True, help="JSON, @FILE or -.")
+@click.option("--json", "as_json", is_flag=True)
+@common_options
+def jobs_continue(cli_ctx: CliContext, run_id: str, decision: str, as_json: bool) -> None:
+    """Continue a paused run with a decision."""
+    value = read_json_arg(decision, "--decision")
+    run = run_async(lambda: _one(cli_ctx, lambda q: q.continue_(run_id, value)))
+    assert run is not None
+    print_report(run, as_json)

@@ -1,0 +1,167 @@
+"""What every command shares: the global options, the config and queue they open, and how
+an error becomes one line and an exit code."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import sys
+import traceback
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+import anyio
+import click
+
+from runq.components import ComponentRegistry
+from runq.config import Config, load_config
+from runq.errors import ConfigError, RunqError, StoreUnavailable
+from runq.log import configure_logging
+from runq.model import Actor
+
+if TYPE_CHECKING:
+    from runq.queue import Queue
+
+T = TypeVar("T")
+
+EXIT_UNHEALTHY = 1
+EXIT_USAGE = 2
+
+
+class CliContext:
+    """What every command gets: how to load the config and how to open the queue."""
+
+    def __init__(self, config_path: str | None, store_url: str | None, debug: bool) -> None:
+        self.config_path = config_path
+        self.store_url = store_url
+        self.debug = debug
+        self._config: Config | None = None
+
+    @property
+    def config(self) -> Config:
+        if self._config is None:
+            self._config = load_config(self.config_path, store_url=self.store_url)
+        return self._config
+
+    def queue(
+        self, *, migrate: bool = False, components: bool = False
+    ) -> AbstractAsyncContextManager[Queue]:
+        """``Queue.open``; ``components`` resolves ``[components]`` (only producers need it)."""
+        from runq.queue import Queue
+
+        registry = None if components else ComponentRegistry({})
+        return Queue.open(config=self.config, migrate=migrate, components=registry)
+
+    @property
+    def cli_actor(self) -> Actor:
+        return Actor(user_id=self.config.cli.service_account, service_account=True)
+
+
+def leaf_errors(error: BaseException) -> Iterator[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            yield from leaf_errors(inner)
+    else:
+        yield error
+
+
+def first_error(error: BaseException, kind: type[BaseException]) -> BaseException | None:
+    return next((e for e in leaf_errors(error) if isinstance(e, kind)), None)
+
+
+def _exit_for(error: BaseException, debug: bool) -> NoReturn:
+    """One line for what the operator can act on; a traceback only with --debug."""
+    if debug:
+        traceback.print_exception(error)
+    config_error = first_error(error, ConfigError)
+    if config_error is not None:
+        click.echo(f"runq: configuration error: {config_error}", err=True)
+        sys.exit(EXIT_USAGE)
+    unavailable = first_error(error, StoreUnavailable)
+    if unavailable is not None:
+        click.echo(f"runq: database unavailable: {unavailable}", err=True)
+        sys.exit(1)
+    runq_error = first_error(error, RunqError)
+    if runq_error is not None:
+        click.echo(f"runq: {runq_error}", err=True)
+        sys.exit(1)
+    leaf = next(leaf_errors(error))
+    click.echo(f"runq: {type(leaf).__name__}: {leaf}", err=True)
+    sys.exit(1)
+
+
+def run_async(fn: Callable[[], Awaitable[T]]) -> T:
+    options: dict[str, Any] = {}
+    if sys.platform == "linux":
+        options["use_uvloop"] = True
+    return anyio.run(fn, backend="asyncio", backend_options=options)
+
+
+def common_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Adds the options every command takes and turns errors into one line + exit code."""
+
+    @click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False),
+        envvar="RUNQ_CONFIG",
+        help="TOML configuration file (also RUNQ_CONFIG).",
+    )
+    @click.option(
+        "--store-url", envvar="RUNQ_STORE_URL", help="Database URL (also RUNQ_STORE_URL)."
+    )
+    @click.option("--debug", is_flag=True, help="Debug logging and tracebacks.")
+    @click.option(
+        "--log-format",
+        type=click.Choice(["auto", "json", "text"]),
+        default="auto",
+        show_default=True,
+        help="Log lines: JSON when not a TTY (auto), or forced.",
+    )
+    @functools.wraps(fn)
+    def wrapper(
+        config_path: str | None, store_url: str | None, debug: bool, log_format: str, **kwargs: Any
+    ) -> Any:
+        quiet = fn.__name__ not in ("serve_cmd", "work_cmd")
+        level = logging.WARNING if quiet else logging.INFO
+        configure_logging(log_format, debug=debug, level=level)  # type: ignore[arg-type]
+        cli = CliContext(config_path, store_url, debug)
+        try:
+            return fn(cli, **kwargs)
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
+            raise
+        except BaseException as e:
+            if isinstance(e, KeyboardInterrupt):
+                sys.exit(130)
+            _exit_for(e, debug)
+
+    return wrapper
+
+
+def read_json_arg(value: str, name: str) -> Any:
+    """``JSON``, ``@FILE`` or ``-`` (stdin)."""
+    if value == "-":
+        text = sys.stdin.read()
+    elif value.startswith("@"):
+        try:
+            text = Path(value[1:]).read_text(encoding="utf-8")
+        except OSError as e:
+            raise click.BadParameter(
+                f"cannot read {value[1:]}: {e.strerror}", param_hint=name
+            ) from e
+    else:
+        text = value
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise click.BadParameter(f"not valid JSON: {e}", param_hint=name) from e
+
+
+def split_component(value: str) -> tuple[str, str]:
+    ctype, sep, cid = value.partition("/")
+    if not sep or not ctype or not cid:
+        raise click.BadParameter("expected TYPE/ID, e.g. task/echo", param_hint="TYPE/ID")
+    return ctype, cid

@@ -1,0 +1,111 @@
+"""``runq status``: queue health for people, scripts and monitoring checks."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import click
+import msgspec
+
+from runq.cli.options import (
+    EXIT_UNHEALTHY,
+    EXIT_USAGE,
+    CliContext,
+    common_options,
+    first_error,
+    leaf_errors,
+    run_async,
+)
+from runq.cli.render import echo_json, new_console
+from runq.config import LIVE_WORKER_SECONDS
+from runq.errors import ConfigError
+from runq.model import QueueHealth, Status
+
+
+def _problems(health: QueueHealth, *, max_queue_wait: float, minimum_workers: int) -> list[str]:
+    problems = []
+    if health.expired_leases:
+        problems.append(f"{health.expired_leases} running run(s) have an expired lease")
+    age = health.oldest_queued_age_seconds
+    if age is not None and age > max_queue_wait:
+        problems.append(f"the oldest queued run has waited {age:.0f}s (> {max_queue_wait:g}s)")
+    if health.live_workers < minimum_workers:
+        problems.append(f"{health.live_workers} live worker(s) (< {minimum_workers})")
+    return problems
+
+
+def _print_status(health: QueueHealth, problems: list[str]) -> None:
+    from rich.table import Table
+
+    table = Table(title="runq status", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    for status in Status:
+        table.add_row(status.value, str(health.counts.get(status.value, 0)))
+    age = health.oldest_queued_age_seconds
+    table.add_row("oldest queued wait", "-" if age is None else f"{age:.1f}s")
+    for deployment, dep_age in sorted(health.oldest_queued_age_by_deployment.items()):
+        table.add_row(f"  deployment {deployment or '(none)'}", f"{dep_age:.1f}s")
+    table.add_row("expired leases", str(health.expired_leases))
+    table.add_row("live workers", str(health.live_workers))
+    console = new_console()
+    console.print(table)
+    if problems:
+        for problem in problems:
+            console.print(f"[red]unhealthy:[/red] {problem}")
+    else:
+        console.print("[green]healthy[/green]")
+
+
+@click.command("status")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--max-queue-wait", type=float, default=300.0, show_default=True)
+@click.option("--minimum-workers", type=int, default=1, show_default=True)
+@click.option("--worker-max-age", type=float, default=LIVE_WORKER_SECONDS, show_default=True)
+@common_options
+def status_cmd(
+    cli_ctx: CliContext,
+    as_json: bool,
+    max_queue_wait: float,
+    minimum_workers: int,
+    worker_max_age: float,
+) -> None:
+    """Queue health. Exit 0 healthy, 1 unhealthy or database unreadable, 2 bad arguments."""
+    bad = []
+    if max_queue_wait < 0:
+        bad.append("--max-queue-wait must be >= 0")
+    if minimum_workers < 0:
+        bad.append("--minimum-workers must be >= 0")
+    if worker_max_age <= 0:
+        bad.append("--worker-max-age must be > 0")
+    if bad:
+        click.echo("runq: " + "; ".join(bad), err=True)
+        sys.exit(EXIT_USAGE)
+    lock_grace = cli_ctx.config.queue.lock_grace_seconds
+
+    async def go() -> QueueHealth:
+        async with cli_ctx.queue() as q:
+            result: QueueHealth = await q.store.health(
+                lock_grace_seconds=lock_grace, worker_max_age_seconds=worker_max_age
+            )
+            return result
+
+    try:
+        health = run_async(go)
+    except BaseException as e:
+        if first_error(e, ConfigError) is not None or isinstance(e, KeyboardInterrupt):
+            raise
+        # Any failure to read is "unhealthy", with one line saying why.
+        leaf = next(leaf_errors(e))
+        if cli_ctx.debug:
+            traceback.print_exception(e)
+        click.echo(f"runq: database unreadable: {leaf}", err=True)
+        sys.exit(EXIT_UNHEALTHY)
+    problems = _problems(health, max_queue_wait=max_queue_wait, minimum_workers=minimum_workers)
+    if as_json:
+        body = msgspec.to_builtins(health)
+        echo_json({"healthy": not problems, "problems": problems, **body})
+    else:
+        _print_status(health, problems)
+    sys.exit(EXIT_UNHEALTHY if problems else 0)
