@@ -27,7 +27,7 @@ from typing import Any, Generic, TypeVar
 import hypothesis.strategies as st
 import pytest
 from conftest import PG_URL, drop_schema, new_schema_name, require_postgres
-from factories import new_run
+from factories import new_run, purge
 from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -536,7 +536,7 @@ class QueueMachine(RuleBasedStateMachine):
         before = self.snapshot()
         now_before = self.now()
         report = self.run(
-            self.store.purge_final_before(retention_seconds=RETENTION, paused_retention_seconds=0)
+            purge(self.store, retention_seconds=RETENTION, paused_retention_seconds=0)
         )
         now_after = self.now()
         after = self.snapshot()
