@@ -1,6 +1,7 @@
-"""The store conformance suite: every verb and rule of ``runq/store/base.py``, DESIGN §3 and
-§6 and seed 004, run once per engine (the ``store`` fixture is parametrised over SQLite and
-PostgreSQL). An engine is done when this file passes on it.
+"""The store conformance suite: every verb and rule of ``runq/store/base.py``, the state
+machine of ``runq.model.TRANSITIONS``, the reaper's rules and the operator verbs, run once
+per engine (the ``store`` fixture is parametrised over SQLite and PostgreSQL). An engine
+is done when this file passes on it.
 
 Times come from the database clock; tests move it with ``store.clock_offset_seconds``
 instead of sleeping. Order-sensitive tests submit runs with strictly increasing ids
@@ -1178,7 +1179,7 @@ async def test_cancel_queued_is_immediate(store: Store) -> None:
     assert got.status is Status.CANCELLED
     assert got.termination_reason is TerminationReason.CANCELLED
     assert got.completed_at == pytest.approx(now, abs=CLOCK_SLACK)
-    assert got.cancel_requested is True, "the cancel is recorded (seed 004: it is never cleared)"
+    assert got.cancel_requested is True, "the cancel is recorded (only a requeue clears it)"
     assert await get(store, run.id) == got
 
 
@@ -1230,7 +1231,7 @@ async def test_cancel_unknown_is_not_found(store: Store) -> None:
 
 
 # =========================================================================================
-# requeue (seed 004)
+# requeue (operator verb)
 # =========================================================================================
 
 
@@ -1332,7 +1333,7 @@ async def test_requeue_of_other_statuses_is_an_invalid_transition(
     run = await make_run(store, status)
     with pytest.raises(InvalidTransition) as excinfo:
         await store.requeue(run.id, clear_cancellation=True, force=True, lock_grace_seconds=GRACE)
-    assert not isinstance(excinfo.value, Conflict), "seed 004: 400, not 409"
+    assert not isinstance(excinfo.value, Conflict), "a wrong status is a 400, not a 409"
     assert await get(store, run.id) == run
 
 
@@ -1356,7 +1357,7 @@ async def test_requeue_does_not_bypass_fencing(store: Store) -> None:
 
 
 # =========================================================================================
-# reaper (DESIGN §6, in order)
+# reaper (its rules, in order)
 # =========================================================================================
 
 
@@ -1992,7 +1993,7 @@ async def test_a_run_walks_every_documented_transition(store: Store) -> None:
 async def test_resume_state_is_cleared_whenever_the_run_becomes_final(
     handle: StoreHandle, ending: str
 ) -> None:
-    """DESIGN §8: resume state is kept verbatim (sealed) and cleared when the run is final."""
+    """Resume state is kept verbatim (sealed) and cleared when the run is final."""
     store = handle.store
     paused = await make_run(store, Status.PAUSED, state={"transcript": "long"})
     await store.continue_(paused.id, {"approved": True})

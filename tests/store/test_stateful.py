@@ -3,7 +3,7 @@
 Random submits (with sessions, 1-3 attempts, inline runs, delays), claims, heartbeats,
 completions, failures, pauses, continues, cancels, requeues, reaps, purges and clock jumps.
 Each rule predicts from the row as it was whether the verb may take effect, and checks the
-store agreed; after every step the invariants of DESIGN §2/§3 are checked on all rows:
+store agreed; after every step the invariants of leases and states are checked on all rows:
 
 - no two workers hold the same run (each running run has exactly one valid lease);
 - a fenced-off write never changes a row;
