@@ -445,7 +445,15 @@ def _maintenance_sql(s: str, now: str) -> dict[str, str]:
     return {
         # $1 final retention, $2 batch size; $3 paused retention (only when it is on).
         "purge": purge(final),
-        "purge_with_paused": purge(f"(({final}) OR ({paused}))"),
+        # Each kind walks its own partial index and stops at the batch size (one OR would
+        # make a bitmap of the whole backlog for every batch); the outer predicate is what
+        # FOR UPDATE rechecks on the newest row version.
+        "purge_with_paused": purge(
+            f"id = ANY(ARRAY((SELECT id FROM {s}.runs WHERE {final} LIMIT $2)"
+            f" UNION ALL (SELECT id FROM {s}.runs WHERE {paused} LIMIT $2)))"
+            # IS TRUE: the same test, but no index qual, so the ids are probed by key.
+            f" AND (({final}) OR ({paused})) IS TRUE"
+        ),
         "register_worker": f"""
             INSERT INTO {s}.workers (id, hostname, pid, deployment_id, started_at, last_seen_at)
             VALUES ($1, $2, $3, $4, {now}, {now})
@@ -516,15 +524,15 @@ def _migration_sql(s: str, now: str) -> dict[str, str]:
 
 def _release_sql(s: str, now: str) -> str:
     """Give claimed runs back (fenced on the lease the claim took): queued again with the
-    attempt restored, ``$4`` recorded in ``error`` when not NULL. $1 worker, $2 ids,
-    $3 attempts."""
+    attempt restored, the reason recorded in ``error`` when not NULL. $1 worker, $2 ids,
+    $3 attempts, $4 reasons."""
     return f"""
         UPDATE {s}.runs AS r SET
             status = 'queued', attempt = r.attempt - 1,
             started_at = CASE WHEN r.attempt = 1 THEN NULL ELSE r.started_at END,
-            error = coalesce($4::text, r.error), updated_at = {now},
+            error = coalesce(v.reason, r.error), updated_at = {now},
             locked_by = NULL, locked_at = NULL
-        FROM unnest($2::text[], $3::int[]) AS v(id, attempt)
+        FROM unnest($2::text[], $3::int[], $4::text[]) AS v(id, attempt, reason)
         WHERE r.id = v.id AND r.attempt = v.attempt AND r.locked_by = $1
           AND {_still_running("r")}"""
 

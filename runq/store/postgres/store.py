@@ -321,14 +321,13 @@ class PostgresStore:
         if broken:
             # Given back, not left running: a replica holding the wrong keys must neither
             # strand the batch nor spend attempts until the reaper dead-letters the runs.
-            for row, error in broken:
-                await self._db.fetch(
-                    sql.release,
-                    worker_id,
-                    [row["id"]],
-                    [row["attempt"]],
-                    messages.not_executed(error),
-                )
+            await self._db.fetch(
+                sql.release,
+                worker_id,
+                [row["id"] for row, _ in broken],
+                [row["attempt"] for row, _ in broken],
+                [messages.not_executed(error) for _, error in broken],
+            )
         return ClaimedRuns(runs, unopenable=(row["id"] for row, _ in broken))
 
     async def heartbeat_many(self, worker_id: str, leases: Sequence[Lease]) -> HeartbeatResult:
