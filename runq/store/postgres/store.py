@@ -134,6 +134,7 @@ class PostgresStore:
             self._sql_cache = pg_sql.build(self.schema, self._sql_offset)
         return self._sql_cache
 
+    #: The short name the verbs use.
     _sql = statements
 
     def _run(self, row: Any) -> Run:
