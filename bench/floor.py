@@ -31,7 +31,8 @@ import common
 
 from runq.model import NewRun
 from runq.seal import KeyRing, decode_key, generate_key
-from runq.store.postgres import PostgresStore, _build_sql
+from runq.store.postgres import PostgresStore
+from runq.store.postgres.statements import build as _build_sql
 
 SCHEMA = "runq"
 

@@ -40,7 +40,7 @@ from runq.model import Actor
 from runq.queue import Queue
 from runq.seal import generate_key
 from runq.serve.supervisor import Supervisor
-from runq.store import _common as store_common
+from runq.store import rows as store_common
 
 ROOT = common.BENCH_DIR.parent
 RUNQ_BIN = str(Path(sys.executable).parent / "runq")

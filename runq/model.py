@@ -1,4 +1,4 @@
-"""The run, its statuses and the transition table of DESIGN §3, as data both engines use.
+"""The run, its statuses and the state machine's transition table, as data both engines use.
 
 Times are epoch seconds (float) read from the database clock. A ``Run`` is the
 decoded row: payload, answer and resume state are already opened (unsealed).
@@ -10,7 +10,7 @@ import enum
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
@@ -48,24 +48,18 @@ class ComponentType(enum.StrEnum):
 COMPONENT_TYPES: frozenset[str] = frozenset(t.value for t in ComponentType)
 
 
-class PauseReason(enum.StrEnum):
-    """Why a run is paused. Handlers may pass any short string; these are the common ones."""
-
-    APPROVAL = "approval"
-    INPUT = "input"
-    EXTERNAL = "external"
-
-
 class Transition(msgspec.Struct, frozen=True):
-    """One verb of the state machine: from which statuses it may start, where it may end."""
+    """One verb of the state machine: from which statuses it may start, where it may end,
+    and whether it is a worker's write fenced on its lease (id, attempt, worker, running)."""
 
     sources: frozenset[Status]
     targets: frozenset[Status]
     fenced: bool = False
 
 
-#: DESIGN §3 as data. Every engine builds its guards from these sets, so the two
-#: engines cannot disagree on which transitions exist.
+#: The state machine as data. Every engine builds its guards (``status IN`` sources), the
+#: status it writes (the target) and its fences from these, so the two engines cannot
+#: disagree on which transitions exist.
 TRANSITIONS: Mapping[str, Transition] = {
     "claim": Transition(frozenset({Status.QUEUED}), frozenset({Status.RUNNING})),
     "heartbeat": Transition(frozenset({Status.RUNNING}), frozenset({Status.RUNNING}), fenced=True),
@@ -77,17 +71,15 @@ TRANSITIONS: Mapping[str, Transition] = {
     "settle_cancelled": Transition(
         frozenset({Status.RUNNING}), frozenset({Status.CANCELLED}), fenced=True
     ),
+    "set_non_idempotent": Transition(
+        frozenset({Status.RUNNING}), frozenset({Status.RUNNING}), fenced=True
+    ),
     "continue": Transition(frozenset({Status.PAUSED}), frozenset({Status.QUEUED})),
     "cancel": Transition(frozenset({Status.QUEUED, Status.PAUSED}), frozenset({Status.CANCELLED})),
     "request_cancel": Transition(frozenset({Status.RUNNING}), frozenset({Status.RUNNING})),
     "requeue": Transition(frozenset({Status.FAILED, Status.CANCELLED}), frozenset({Status.QUEUED})),
     "reap": Transition(frozenset({Status.RUNNING}), frozenset({Status.QUEUED, Status.FAILED})),
 }
-
-
-def sql_status_list(statuses: frozenset[Status]) -> str:
-    """``'a', 'b'`` for an SQL ``IN (...)``; built from enum values only, never user input."""
-    return ", ".join(f"'{s.value}'" for s in sorted(statuses))
 
 
 class Actor(msgspec.Struct, frozen=True, kw_only=True):
@@ -121,7 +113,7 @@ class NewRun(msgspec.Struct, kw_only=True):
     delay_seconds: float = 0.0
     origin: str = "python"
     #: False for an inline run that keeps its request in memory only; the reaper
-    #: then dead-letters it instead of retrying (DESIGN §6 rule 2).
+    #: then dead-letters it instead of retrying: nothing is left to run again.
     save_request: bool = True
     #: Set by the caller for tests and imports; normally generated.
     id: str | None = None
@@ -231,6 +223,22 @@ class PurgeReport(msgspec.Struct, kw_only=True):
     batches: int = 0
 
 
+class ClaimedRuns(list[Run]):
+    """The runs a claim took, in claim order; a plain list of ``Run`` to most callers.
+
+    ``unopenable`` names runs the claim took whose sealed values did not open with this
+    process's keys (a replica started with the wrong ``seal.keys``). Those were given back
+    at once: ``queued`` again, the attempt not spent, the reason in ``error``. A caller that
+    keeps seeing them should stop claiming and report itself unready.
+    """
+
+    unopenable: tuple[str, ...]
+
+    def __init__(self, runs: Iterable[Run] = (), unopenable: Iterable[str] = ()) -> None:
+        super().__init__(runs)
+        self.unopenable = tuple(unopenable)
+
+
 class BudgetBlock(msgspec.Struct, frozen=True, kw_only=True):
     """Who may not be claimed for now because a budget limit is reached.
 
@@ -288,7 +296,7 @@ class WorkerInfo(msgspec.Struct, kw_only=True):
 
 
 class JobView(msgspec.Struct, kw_only=True):
-    """A job as the ``/queue`` operator surface shows it (seed 004's table and DESIGN §7)."""
+    """A job as the ``/queue`` operator surface shows it (the operator's job table)."""
 
     id: str
     component_type: str
@@ -350,7 +358,7 @@ class Page(msgspec.Struct, kw_only=True):
         return (self.total_count + self.limit - 1) // self.limit if self.total_count else 0
 
 
-#: ``sort_by`` values the listing accepts (seed 004); anything else is ignored, never interpolated.
+#: ``sort_by`` values the listing accepts; anything else is ignored, never interpolated.
 SORTABLE_FIELDS: frozenset[str] = frozenset(
     {
         "created_at",

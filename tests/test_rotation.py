@@ -14,6 +14,7 @@ from helpers import wait_for
 from serve_harness import RunqSetup, runq_engine, runq_setup, write_toml
 
 from runq.errors import SealError
+from runq.maintenance.rotation import KeyRotation, RotationReport
 from runq.model import NewRun, new_run_id
 from runq.seal import decode_key, generate_key, key_id_of
 from runq.store import make_store, sealer_for
@@ -130,5 +131,48 @@ async def test_rotation_killed_half_way_resumes_and_leaves_every_run_readable(
     await store.connect()
     try:
         assert await unreadable(store, own) == 0
+    finally:
+        await store.close()
+
+
+async def test_rotation_service_pages_reports_and_resumes(runq_setup: RunqSetup) -> None:
+    """``KeyRotation`` (what ``runq keys rotate`` calls): page by page, a callback per page,
+    counts that add up, resumable after any page, and a second pass finds nothing to do."""
+    runs = 230
+    ids = sorted(new_run_id() for _ in range(runs))
+    async with runq_setup.queue() as q:
+        await q.store.submit_many(
+            [
+                NewRun(id=i, component_type="task", component_id="echo", payload={"n": i})
+                for i in ids
+            ]
+        )
+    new_key = generate_key()
+    new_key_file = runq_setup.workdir / "service.key"
+    new_key_file.write_text(new_key + "\n")
+    both = runq_setup.load(
+        {"seal": {"keys": [f"file:{new_key_file}", f"file:{runq_setup.key_file}"]}}
+    )
+    store = make_store(both.store.url, schema=both.store.schema, sealer=sealer_for(both))
+    await store.connect()
+    try:
+        rotation = KeyRotation(store, page_size=40)
+        first = await rotation.run_once()
+        assert (first.pages, first.resealed, first.last_id) == (1, 40, ids[39])
+        seen: list[str] = []
+
+        async def on_page(report: RotationReport) -> None:
+            seen.append(report.last_id)
+
+        rest = await rotation.run(after_id=first.last_id, on_page=on_page)
+        assert rest.done
+        assert rest.resealed == runs - 40
+        assert rest.pages == len(seen) == 5  # 190 runs in pages of 40
+        assert seen == sorted(seen)
+        assert seen[-1] == ids[-1] == rest.last_id
+        assert (await rotation.run()).resealed == 0  # already under the new key
+        assert (
+            await count_under_key(runq_setup, key_id_of(decode_key(new_key, key_name="t"))) == runs
+        )
     finally:
         await store.close()

@@ -33,33 +33,35 @@ def keys_rotate(cli_ctx: CliContext, page_size: int, after_id: str) -> None:
     resumable with --after."""
     from rich.progress import Progress
 
+    from runq.maintenance.rotation import KeyRotation, RotationReport
     from runq.store import open_store
 
     config = cli_ctx.config
 
     async def go() -> tuple[int, int, str]:
-        runs = values = 0
         last = after_id
         async with open_store(config) as store:
-            try:
-                total = await store.count_runs()
-                with Progress(transient=False) as progress:
-                    task = progress.add_task("re-sealing", total=total or None)
-                    while True:
-                        next_id, resealed = await store.reseal_page(after_id=last, limit=page_size)
-                        values += resealed
-                        if next_id is None:
-                            break
-                        last = next_id
-                        # reseal_page reports the last id, not how many rows: count pages.
-                        runs = min(runs + page_size, total) if total else runs + page_size
-                        progress.update(task, completed=runs)
-                    progress.update(task, completed=total)
-            except BaseException:
-                if last:
-                    click.echo(f"interrupted; resume with --after {last}", err=True)
-                raise
-        return runs, values, last
+            total = await store.count_runs()
+            with Progress(transient=False) as progress:
+                task = progress.add_task("re-sealing", total=total or None)
+
+                def on_page(report: RotationReport) -> None:
+                    nonlocal last
+                    last = report.last_id
+                    scanned = min(report.runs_scanned, total) if total else report.runs_scanned
+                    progress.update(task, completed=scanned)
+
+                try:
+                    report = await KeyRotation(store, page_size=page_size).run(
+                        after_id=after_id, on_page=on_page
+                    )
+                except BaseException:
+                    if last:
+                        click.echo(f"interrupted; resume with --after {last}", err=True)
+                    raise
+                progress.update(task, completed=total)
+        scanned = min(report.runs_scanned, total) if total else report.runs_scanned
+        return scanned, report.resealed, report.last_id
 
     started = time.monotonic()
     runs, values, last = run_async(go)

@@ -46,11 +46,23 @@ class Retention:
         self.config = config
 
     async def run_once(self) -> PurgeReport:
-        report = await self.store.purge_final_before(
-            retention_seconds=self.config.retention_seconds,
-            paused_retention_seconds=self.config.paused_retention_seconds,
-            batch_size=self.config.batch_size,
-        )
+        """Delete batch after batch until one comes back short (nothing older is left), each
+        batch its own short statement so other writers get the lock in between; bounded so
+        one pass over a huge backlog still ends and leaves the rest to the next pass."""
+        max_batches = 1000
+        limit = max(int(self.config.batch_size), 1)
+        report = PurgeReport()
+        while report.batches < max_batches:
+            deleted = await self.store.purge_batch(
+                retention_seconds=self.config.retention_seconds,
+                paused_retention_seconds=self.config.paused_retention_seconds,
+                limit=limit,
+            )
+            if deleted:
+                report.deleted += deleted
+                report.batches += 1
+            if deleted < limit:
+                break
         RETENTION_DELETED.inc(report.deleted)
         if report.deleted:
             log.info("retention.pass", deleted=report.deleted, batches=report.batches)

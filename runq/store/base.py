@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from runq.model import (
     BudgetBlock,
+    ClaimedRuns,
     Completion,
     FailOutcome,
     FenceResult,
@@ -25,7 +26,6 @@ from runq.model import (
     Lease,
     NewRun,
     Page,
-    PurgeReport,
     QueueHealth,
     ReapReport,
     Run,
@@ -104,7 +104,7 @@ class Store(Protocol):
     async def requeue(
         self, run_id: str, *, clear_cancellation: bool, force: bool, lock_grace_seconds: float
     ) -> Run:
-        """Operator requeue (seed 004): only ``failed``/``cancelled`` (else ``InvalidTransition``);
+        """Operator requeue: only ``failed``/``cancelled`` (else ``InvalidTransition``);
         a ``failed`` run whose ``completed_at`` is within ``lock_grace_seconds`` raises ``Conflict``
         unless ``force``. Sets ``queued``, ``max_attempts = attempt + 1``, ``available_at = now``,
         clears ``error``, ``termination_reason``, ``completed_at``, the lease and the
@@ -121,14 +121,18 @@ class Store(Protocol):
         serialize_sessions: bool = True,
         blocked: BudgetBlock | None = None,
         run_id: str | None = None,
-    ) -> list[Run]:
+    ) -> ClaimedRuns:
         """Claim up to ``slots`` queued runs in one statement, ordered by ``priority`` (lower
         first), then ``available_at``, then id. Only ``available_at <= now``; affinity: runs
         with no deployment, or with ``deployment_id`` equal to the worker's; the session rule
         when ``serialize_sessions`` (only a session's oldest non-final run, and only while no
         run of the session is running or paused); nothing ``blocked`` by the budget. Sets
         ``running``, ``attempt + 1``, ``locked_by``, ``locked_at = started_at = now``.
-        ``run_id`` claims that one run only (the sync transport), under the same rules."""
+        ``run_id`` claims that one run only (the sync transport), under the same rules.
+
+        A claimed run whose sealed values do not open with this store's keys is given back
+        at once (``queued``, attempt not spent, the reason in ``error``) and named in the
+        result's ``unopenable`` instead of being returned."""
 
     async def heartbeat_many(self, worker_id: str, leases: Sequence[Lease]) -> HeartbeatResult:
         """Renew every lease held by ``worker_id`` in one statement (``locked_at = now``) and
@@ -186,21 +190,19 @@ class Store(Protocol):
     # -- maintenance -------------------------------------------------------------------
 
     async def reap_stale(self, *, lock_grace_seconds: float, limit: int) -> ReapReport:
-        """DESIGN §6 in order for at most ``limit`` running runs whose ``locked_at`` is older
-        than ``lock_grace_seconds``; each UPDATE rechecks staleness (a renewed lease wins,
-        counted as ``skipped``). Requeued runs get ``available_at = now``."""
+        """The reaper's rules, in order, for at most ``limit`` running runs whose ``locked_at``
+        is older than ``lock_grace_seconds``: inside a non-idempotent section, or with no
+        saved request, or out of attempts → ``failed``; otherwise ``queued`` with
+        ``available_at = now``. Each UPDATE rechecks staleness (a renewed lease wins,
+        counted as ``skipped``)."""
 
-    async def purge_final_before(
-        self,
-        *,
-        retention_seconds: float,
-        paused_retention_seconds: float,
-        batch_size: int = 500,
-        max_batches: int = 1000,
-    ) -> PurgeReport:
-        """Delete final runs whose ``completed_at`` is older than ``retention_seconds`` and,
-        only when ``paused_retention_seconds > 0``, paused runs not updated for that long,
-        in batches of ``batch_size`` so no statement holds locks for long."""
+    async def purge_batch(
+        self, *, retention_seconds: float, paused_retention_seconds: float, limit: int
+    ) -> int:
+        """Delete at most ``limit`` runs in one statement and return how many: final runs
+        whose ``completed_at`` is older than ``retention_seconds`` and, only when
+        ``paused_retention_seconds > 0``, paused runs not updated for that long. The caller
+        loops until a batch comes back short, so no statement holds locks for long."""
 
     async def register_worker(self, info: WorkerInfo) -> None: ...
 

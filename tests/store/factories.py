@@ -27,6 +27,7 @@ from runq.model import (
     FailOutcome,
     Lease,
     NewRun,
+    PurgeReport,
     Run,
     Status,
     TerminationReason,
@@ -415,3 +416,27 @@ def _dollar_params(sql: str) -> str:
         else:
             out.append(ch)
     return "".join(out)
+
+
+async def purge(
+    store: Store,
+    *,
+    retention_seconds: float,
+    paused_retention_seconds: float,
+    batch_size: int = 500,
+    max_batches: int = 1000,
+) -> PurgeReport:
+    """Call ``purge_batch`` until a batch comes back short, as the retention service does."""
+    report = PurgeReport()
+    while report.batches < max_batches:
+        deleted = await store.purge_batch(
+            retention_seconds=retention_seconds,
+            paused_retention_seconds=paused_retention_seconds,
+            limit=batch_size,
+        )
+        if deleted:
+            report.deleted += deleted
+            report.batches += 1
+        if deleted < batch_size:
+            break
+    return report

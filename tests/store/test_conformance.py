@@ -1,6 +1,7 @@
-"""The store conformance suite: every verb and rule of ``runq/store/base.py``, DESIGN §3 and
-§6 and seed 004, run once per engine (the ``store`` fixture is parametrised over SQLite and
-PostgreSQL). An engine is done when this file passes on it.
+"""The store conformance suite: every verb and rule of ``runq/store/base.py``, the state
+machine of ``runq.model.TRANSITIONS``, the reaper's rules and the operator verbs, run once
+per engine (the ``store`` fixture is parametrised over SQLite and PostgreSQL). An engine
+is done when this file passes on it.
 
 Times come from the database clock; tests move it with ``store.clock_offset_seconds``
 instead of sleeping. Order-sensitive tests submit runs with strictly increasing ids
@@ -29,6 +30,7 @@ from factories import (
     claim_one,
     make_run,
     new_run,
+    purge,
     shifted_clock,
     stale_lease,
     submit,
@@ -1177,7 +1179,7 @@ async def test_cancel_queued_is_immediate(store: Store) -> None:
     assert got.status is Status.CANCELLED
     assert got.termination_reason is TerminationReason.CANCELLED
     assert got.completed_at == pytest.approx(now, abs=CLOCK_SLACK)
-    assert got.cancel_requested is True, "the cancel is recorded (seed 004: it is never cleared)"
+    assert got.cancel_requested is True, "the cancel is recorded (only a requeue clears it)"
     assert await get(store, run.id) == got
 
 
@@ -1229,7 +1231,7 @@ async def test_cancel_unknown_is_not_found(store: Store) -> None:
 
 
 # =========================================================================================
-# requeue (seed 004)
+# requeue (operator verb)
 # =========================================================================================
 
 
@@ -1331,7 +1333,7 @@ async def test_requeue_of_other_statuses_is_an_invalid_transition(
     run = await make_run(store, status)
     with pytest.raises(InvalidTransition) as excinfo:
         await store.requeue(run.id, clear_cancellation=True, force=True, lock_grace_seconds=GRACE)
-    assert not isinstance(excinfo.value, Conflict), "seed 004: 400, not 409"
+    assert not isinstance(excinfo.value, Conflict), "a wrong status is a 400, not a 409"
     assert await get(store, run.id) == run
 
 
@@ -1355,7 +1357,7 @@ async def test_requeue_does_not_bypass_fencing(store: Store) -> None:
 
 
 # =========================================================================================
-# reaper (DESIGN §6, in order)
+# reaper (its rules, in order)
 # =========================================================================================
 
 
@@ -1484,7 +1486,7 @@ async def test_purge_deletes_old_final_runs_only(store: Store) -> None:
     running = await make_run(store, Status.RUNNING, max_attempts=2)
     queued = await make_run(store, Status.QUEUED)
     store.clock_offset_seconds = 0
-    report = await store.purge_final_before(retention_seconds=DAY, paused_retention_seconds=0)
+    report = await purge(store, retention_seconds=DAY, paused_retention_seconds=0)
     assert report.deleted == 4
     for run in old:
         assert await store.get(run.id) is None
@@ -1497,7 +1499,7 @@ async def test_purge_never_touches_old_queued_or_running_runs(store: Store) -> N
     queued = await make_run(store, Status.QUEUED)
     running = await make_run(store, Status.RUNNING, max_attempts=2)
     store.clock_offset_seconds = DAY * 30
-    report = await store.purge_final_before(retention_seconds=DAY, paused_retention_seconds=DAY)
+    report = await purge(store, retention_seconds=DAY, paused_retention_seconds=DAY)
     assert report.deleted == 0
     assert await store.get(queued.id) is not None
     assert await store.get(running.id) is not None
@@ -1506,9 +1508,9 @@ async def test_purge_never_touches_old_queued_or_running_runs(store: Store) -> N
 async def test_purge_deletes_paused_runs_only_with_a_paused_retention(store: Store) -> None:
     old_paused = await make_run(store, Status.PAUSED, finished_ago=1000)
     young_paused = await make_run(store, Status.PAUSED, finished_ago=10)
-    report = await store.purge_final_before(retention_seconds=DAY, paused_retention_seconds=0)
+    report = await purge(store, retention_seconds=DAY, paused_retention_seconds=0)
     assert report.deleted == 0
-    report = await store.purge_final_before(retention_seconds=DAY, paused_retention_seconds=500)
+    report = await purge(store, retention_seconds=DAY, paused_retention_seconds=500)
     assert report.deleted == 1
     assert await store.get(old_paused.id) is None
     assert await store.get(young_paused.id) is not None
@@ -1518,9 +1520,7 @@ async def test_purge_works_in_batches(store: Store) -> None:
     for _ in range(7):
         await make_run(store, Status.COMPLETED, finished_ago=DAY * 2)
     keep = await make_run(store, Status.COMPLETED)
-    report = await store.purge_final_before(
-        retention_seconds=DAY, paused_retention_seconds=0, batch_size=3
-    )
+    report = await purge(store, retention_seconds=DAY, paused_retention_seconds=0, batch_size=3)
     assert report.deleted == 7
     assert report.batches in (3, 4)
     assert await store.count_runs() == 1
@@ -1530,12 +1530,12 @@ async def test_purge_works_in_batches(store: Store) -> None:
 async def test_purge_stops_after_max_batches(store: Store) -> None:
     for _ in range(7):
         await make_run(store, Status.FAILED, finished_ago=DAY * 2)
-    report = await store.purge_final_before(
-        retention_seconds=DAY, paused_retention_seconds=0, batch_size=3, max_batches=2
+    report = await purge(
+        store, retention_seconds=DAY, paused_retention_seconds=0, batch_size=3, max_batches=2
     )
     assert (report.deleted, report.batches) == (6, 2)
     assert await store.count_runs() == 1
-    rest = await store.purge_final_before(retention_seconds=DAY, paused_retention_seconds=0)
+    rest = await purge(store, retention_seconds=DAY, paused_retention_seconds=0)
     assert rest.deleted == 1
 
 
@@ -1759,6 +1759,28 @@ async def test_a_store_without_the_key_cannot_open(handle: StoreHandle) -> None:
         await stranger.get(run.id)
 
 
+async def test_a_claimed_run_that_does_not_open_goes_back_to_queued(
+    handle: StoreHandle,
+) -> None:
+    """A replica with the wrong keys claims a run it cannot open: the run goes back to
+    queued at once, without spending an attempt, with the reason in ``error``; the claim
+    names it in ``unopenable``, and a replica with the right key then runs it."""
+    run = await submit(handle.store)
+    stranger = await handle.open_another(KeyRing([bytes(range(100, 132))]))
+    claimed = await stranger.claim("wrong-keys", 5, deployment_id=None)
+    assert list(claimed) == []
+    assert claimed.unopenable == (run.id,)
+    back = await get(handle.store, run.id)
+    assert (back.status, back.attempt, back.locked_by) == (Status.QUEUED, 0, None)
+    assert back.started_at is None
+    assert back.error is not None
+    assert back.error.startswith("not executed: ")
+    right = await handle.store.claim("right-keys", 5, deployment_id=None)
+    assert [r.id for r in right] == [run.id]
+    assert right.unopenable == ()
+    assert right[0].attempt == 1
+
+
 @pytest.mark.timeout(240)
 async def test_reseal_rotation_leaves_every_run_readable_with_the_new_key(
     handle: StoreHandle,
@@ -1971,7 +1993,7 @@ async def test_a_run_walks_every_documented_transition(store: Store) -> None:
 async def test_resume_state_is_cleared_whenever_the_run_becomes_final(
     handle: StoreHandle, ending: str
 ) -> None:
-    """DESIGN §8: resume state is kept verbatim (sealed) and cleared when the run is final."""
+    """Resume state is kept verbatim (sealed) and cleared when the run is final."""
     store = handle.store
     paused = await make_run(store, Status.PAUSED, state={"transcript": "long"})
     await store.continue_(paused.id, {"approved": True})

@@ -22,6 +22,7 @@ from typing import Any
 import asyncpg
 import pytest
 from conftest import PG_URL, drop_schema, new_schema_name
+from factories import purge
 from helpers import ordered_run_id, wait_for
 
 from runq.errors import (
@@ -46,7 +47,8 @@ from runq.model import (
     WorkerInfo,
 )
 from runq.seal import KeyRing
-from runq.store import _common as common
+from runq.store import messages
+from runq.store.migration_files import load_migrations
 from runq.store.postgres import PostgresStore
 
 KEY = bytes(range(32))
@@ -79,7 +81,7 @@ async def schema(pg_url: str) -> AsyncIterator[str]:
 async def store(schema: str) -> AsyncIterator[PostgresStore]:
     s = make(schema, application_name=f"runq-test-{schema}")
     await s.connect()
-    assert await s.migrate() == len(common.load_migrations("postgres"))
+    assert await s.migrate() == len(load_migrations("postgres"))
     try:
         yield s
     finally:
@@ -446,9 +448,9 @@ async def test_reaper_rules_and_a_locked_row_is_skipped(store: PostgresStore, sc
     assert report.requeued == 0
     assert report.dead_lettered_ids == sorted(ids[1:])
     runs = {rid: await store.get(rid) for rid in ids[1:]}
-    assert runs[ids[1]].error == common.reap_exhausted_error(ids[1], 1, 1)  # type: ignore[union-attr]
-    assert runs[ids[2]].error == common.REAP_NO_REQUEST_ERROR  # type: ignore[union-attr]
-    assert runs[ids[3]].error == common.REAP_NON_IDEMPOTENT_ERROR  # type: ignore[union-attr]
+    assert runs[ids[1]].error == messages.reap_exhausted_error(ids[1], 1, 1)  # type: ignore[union-attr]
+    assert runs[ids[2]].error == messages.REAP_NO_REQUEST_ERROR  # type: ignore[union-attr]
+    assert runs[ids[3]].error == messages.REAP_NON_IDEMPOTENT_ERROR  # type: ignore[union-attr]
     report = await store.reap_stale(lock_grace_seconds=60, limit=50)
     assert report.requeued_ids == [ids[0]]
     assert report.skipped == 0
@@ -459,9 +461,7 @@ async def test_purge_in_batches(store: PostgresStore) -> None:
     runs = await store.claim("w", 25, deployment_id=None)
     await store.complete_many("w", [Completion(run_id=r.id, attempt=1) for r in runs])
     await store.submit(new(), max_queue_depth=0)
-    report = await store.purge_final_before(
-        retention_seconds=-10, paused_retention_seconds=0, batch_size=10
-    )
+    report = await purge(store, retention_seconds=-10, paused_retention_seconds=0, batch_size=10)
     assert (report.deleted, report.batches) == (25, 3)
     assert await store.count_runs() == 1
 
@@ -526,7 +526,7 @@ async def test_claim_walks_the_partial_index(store: PostgresStore, schema: str) 
         plan = "\n".join(
             r[0]
             for r in await con.fetch(
-                "EXPLAIN " + store._sql.claim_affinity, "w", 4, True, [], [], [], [], "gpu"
+                "EXPLAIN " + store.statements.claim_affinity, "w", 4, True, [], [], [], [], "gpu"
             )
         )
     finally:

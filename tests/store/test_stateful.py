@@ -3,7 +3,7 @@
 Random submits (with sessions, 1-3 attempts, inline runs, delays), claims, heartbeats,
 completions, failures, pauses, continues, cancels, requeues, reaps, purges and clock jumps.
 Each rule predicts from the row as it was whether the verb may take effect, and checks the
-store agreed; after every step the invariants of DESIGN §2/§3 are checked on all rows:
+store agreed; after every step the invariants of leases and states are checked on all rows:
 
 - no two workers hold the same run (each running run has exactly one valid lease);
 - a fenced-off write never changes a row;
@@ -27,7 +27,7 @@ from typing import Any, Generic, TypeVar
 import hypothesis.strategies as st
 import pytest
 from conftest import PG_URL, drop_schema, new_schema_name, require_postgres
-from factories import new_run
+from factories import new_run, purge
 from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -536,7 +536,7 @@ class QueueMachine(RuleBasedStateMachine):
         before = self.snapshot()
         now_before = self.now()
         report = self.run(
-            self.store.purge_final_before(retention_seconds=RETENTION, paused_retention_seconds=0)
+            purge(self.store, retention_seconds=RETENTION, paused_retention_seconds=0)
         )
         now_after = self.now()
         after = self.snapshot()

@@ -1,0 +1,193 @@
+"""PostgreSQL connection policy: the asyncpg pool, which errors mean "unavailable", and
+when a statement may be tried again on a fresh connection."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import asyncpg
+import asyncpg.exceptions as pgerr
+
+from runq.config import redact_url
+from runq.errors import StoreUnavailable
+
+T = TypeVar("T")
+
+#: Errors that mean "the database is not reachable right now", never "your request is wrong".
+#: OperatorIntervention covers admin shutdown, crash recovery and "cannot connect now";
+#: InsufficientResources covers too many connections, out of memory and a full disk.
+#: The statement may or may not have reached the server.
+MAYBE_SENT: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    pgerr.PostgresConnectionError,
+    pgerr.OperatorInterventionError,
+    pgerr.InsufficientResourcesError,
+    pgerr.ReadOnlySQLTransactionError,  # a failed-over primary that is now a standby
+)
+#: The client refused to start the operation on a broken or closed connection, so nothing
+#: was sent. A pooled connection whose backend died while idle ends up here on its next
+#: use ("cannot switch to state ...; another operation is in progress").
+NOT_SENT: tuple[type[BaseException], ...] = (asyncpg.InterfaceError, pgerr.InternalClientError)
+#: ...except these subclasses, which are mistakes in the request, not an outage.
+NOT_AN_OUTAGE: tuple[type[BaseException], ...] = (
+    pgerr.DataError,
+    pgerr.ClientConfigurationError,
+    pgerr.UnsupportedClientFeatureError,
+    pgerr.UnsupportedServerFeatureError,
+    pgerr.OutdatedSchemaCacheError,
+)
+UNAVAILABLE: tuple[type[BaseException], ...] = (*MAYBE_SENT, *NOT_SENT)
+#: Errors of connect(): the above plus a refused login or an unknown database.
+CONNECT_ERRORS: tuple[type[BaseException], ...] = (*UNAVAILABLE, asyncpg.PostgresError)
+
+
+def is_outage(error: BaseException) -> bool:
+    return isinstance(error, UNAVAILABLE) and not isinstance(error, NOT_AN_OUTAGE)
+
+
+async def _reset_connection(con: asyncpg.Connection) -> None:
+    """Pool release hook: nothing to do.
+
+    asyncpg's default reset sends ``RESET ALL; UNLISTEN *; ...`` on every release: a
+    second round trip per verb. This pool never changes session state (no LISTEN, no
+    session advisory locks, no SET), and the pool itself rolls back an open transaction
+    before calling this hook, so skipping the reset is safe and halves the latency of
+    every single-statement verb.
+    """
+
+
+class Pool:
+    """An asyncpg pool with runq's error policy: connection failures become
+    ``StoreUnavailable`` naming the URL without its password, and a statement is tried once
+    more on a fresh connection only when that cannot run a write twice."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        min_size: int,
+        max_size: int,
+        command_timeout: float,
+        connect_timeout: float,
+        application_name: str,
+    ) -> None:
+        self.url = url
+        self._min_size = min_size
+        self._max_size = max_size
+        self._command_timeout = command_timeout
+        self._connect_timeout = connect_timeout
+        self._application_name = application_name
+        self._pool: asyncpg.Pool | None = None
+
+    @property
+    def connected(self) -> bool:
+        return self._pool is not None
+
+    def unavailable(self, error: BaseException) -> StoreUnavailable:
+        # A failure inside a transaction surfaces as "cannot call Transaction.__aexit__()";
+        # the first outage in the chain says what actually happened.
+        while isinstance(error.__context__, UNAVAILABLE):
+            error = error.__context__
+        detail = str(error) or type(error).__name__
+        return StoreUnavailable(f"PostgreSQL at {redact_url(self.url)} is unavailable: {detail}")
+
+    @property
+    def _live(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise StoreUnavailable(f"PostgreSQL store {redact_url(self.url)} is not connected")
+        return self._pool
+
+    async def connect(self) -> None:
+        if self._pool is not None:
+            return
+        try:
+            self._pool = await asyncpg.create_pool(
+                self.url,
+                min_size=self._min_size,
+                max_size=self._max_size,
+                command_timeout=self._command_timeout,
+                timeout=self._connect_timeout,
+                reset=_reset_connection,
+                server_settings={
+                    "application_name": self._application_name,
+                    # Queue statements are short OLTP; JIT compilation only adds latency.
+                    "jit": "off",
+                    # Plan each prepared statement once. Custom plans re-plan the claim on
+                    # every call (about a third of its cost), and only because a generic
+                    # plan cannot see LIMIT $n and over-estimates it; every statement here
+                    # is written to get the same index paths in its generic plan (primary
+                    # key probes via = ANY, literal LIMITs where they steer the plan; see
+                    # bench/CLAIM_EXPLAIN.md).
+                    "plan_cache_mode": "force_generic_plan",
+                },
+            )
+        except CONNECT_ERRORS as e:
+            raise self.unavailable(e) from e
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        try:
+            await asyncio.wait_for(pool.close(), timeout=10)
+        except UNAVAILABLE:  # includes TimeoutError: connections that will not close
+            pool.terminate()
+
+    async def call(self, op: Callable[[asyncpg.Pool], Awaitable[T]], *, retry: bool = False) -> T:
+        """Run ``op`` on the pool; map connection failures to ``StoreUnavailable``.
+
+        After a failure every pooled connection is expired, so the next call reconnects
+        instead of tripping over the next dead connection of a restarted server. The call
+        is tried once more on a fresh connection when that is safe: always for reads
+        (``retry``), and for writes only when the client never sent the statement. A write
+        that may have reached the server is never repeated: it may have committed.
+        """
+        pool = self._live
+        try:
+            return await op(pool)
+        except UNAVAILABLE as e:
+            if not is_outage(e):
+                raise
+            await self._expire(pool)
+            if not (retry or isinstance(e, NOT_SENT)):
+                raise self.unavailable(e) from e
+        try:
+            return await op(pool)
+        except UNAVAILABLE as e:
+            if not is_outage(e):
+                raise
+            await self._expire(pool)
+            raise self.unavailable(e) from e
+
+    @staticmethod
+    async def _expire(pool: asyncpg.Pool) -> None:
+        # Best effort: the pool replaces a broken connection on its own anyway.
+        with contextlib.suppress(Exception):
+            await pool.expire_connections()
+
+    async def fetch(self, sql: str, *args: Any, retry: bool = False) -> list[Any]:
+        return await self.call(lambda p: p.fetch(sql, *args), retry=retry)
+
+    async def fetchrow(self, sql: str, *args: Any, retry: bool = False) -> Any:
+        return await self.call(lambda p: p.fetchrow(sql, *args), retry=retry)
+
+    async def fetchval(self, sql: str, *args: Any, retry: bool = False) -> Any:
+        return await self.call(lambda p: p.fetchval(sql, *args), retry=retry)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
+        """One connection inside one transaction, connection failures mapped."""
+        pool = self._live
+        try:
+            async with pool.acquire() as con, con.transaction():
+                yield con
+        except UNAVAILABLE as e:
+            if not is_outage(e):
+                raise
+            await self._expire(pool)
+            raise self.unavailable(e) from e

@@ -1,0 +1,324 @@
+"""Engine-neutral row work shared by the SQLite and PostgreSQL stores.
+
+Values going in (JSON + sealing of the sealed columns, the actor, the insert values of a
+``NewRun``), rows coming out (a run-table row to an opened ``Run``, a worker row to a
+``WorkerInfo``) and the results the verbs build from what their statement returned
+(heartbeat, fence, fail, claim order, the repeat-continue check, key rotation). Nothing
+here knows an SQL dialect.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple, Protocol, TypeVar
+
+import msgspec
+
+from runq.errors import InvalidPayload, SealError
+from runq.model import (
+    Actor,
+    Completion,
+    FailOutcome,
+    FenceResult,
+    HeartbeatResult,
+    Lease,
+    NewRun,
+    Resume,
+    Run,
+    Status,
+    TerminationReason,
+    WorkerInfo,
+)
+from runq.seal import Sealer, sealed_key_id
+
+# -- JSON and sealing -------------------------------------------------------------------
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder()
+_actor_decoder = msgspec.json.Decoder(Actor)
+
+
+def encode_json(value: Any) -> bytes:
+    """msgspec JSON; anything it cannot encode is the caller's mistake → ``InvalidPayload``."""
+    try:
+        return _encoder.encode(value)
+    except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as e:
+        raise InvalidPayload(f"value cannot be encoded as JSON: {e}") from e
+
+
+def seal_json(sealer: Sealer, column: str, run_id: str, value: Any) -> bytes:
+    """Encode ``value`` as JSON and seal it for (column, run). ``None`` is sealed as ``null``."""
+    return sealer.seal(column, run_id, encode_json(value))
+
+
+def seal_encoded(sealer: Sealer, column: str, run_id: str, encoded: bytes | None) -> bytes | None:
+    """Seal an already-encoded JSON value; ``None`` stays NULL (no value kept)."""
+    return None if encoded is None else sealer.seal(column, run_id, encoded)
+
+
+def open_json(sealer: Sealer, column: str, run_id: str, sealed: bytes | None) -> Any:
+    """Open and decode a sealed column; NULL decodes to ``None``."""
+    if sealed is None:
+        return None
+    plaintext = sealer.open(column, run_id, bytes(sealed))
+    try:
+        return _decoder.decode(plaintext)
+    except msgspec.DecodeError as e:
+        raise SealError(f"run {run_id}: {column} opened but is not JSON") from e
+
+
+def seal_answer(sealer: Sealer, completion: Completion) -> bytes | None:
+    """The sealed answer of a completion, or NULL when the answer is not kept."""
+    if not completion.keep_answer:
+        return None
+    return seal_json(sealer, "answer", completion.run_id, completion.answer)
+
+
+def resealed(sealer: Sealer, column: str, run_id: str, sealed: bytes | None) -> bytes | None:
+    """``sealed`` re-sealed under the sealing key, or None when it already is (or is NULL)."""
+    if sealed is None or sealed_key_id(bytes(sealed)) == sealer.sealing_key_id:
+        return None
+    return sealer.seal(column, run_id, sealer.open(column, run_id, bytes(sealed)))
+
+
+# -- actor ------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=4096)
+def encode_actor(actor: Actor) -> str:
+    # Cached like decode_actor: a bulk submit carries many runs of few actors.
+    return _encoder.encode(actor).decode()
+
+
+@functools.lru_cache(maxsize=4096)
+def decode_actor(text: str) -> Actor:
+    # Cached: a queue holds many runs of few actors, and Actor is frozen, so sharing is safe.
+    return _actor_decoder.decode(text)
+
+
+# -- values going in --------------------------------------------------------------------
+
+
+class InsertValues(NamedTuple):
+    """The columns a submit writes, in the order both engines' INSERT statements take them."""
+
+    id: str
+    component_type: str
+    component_id: str
+    max_attempts: int
+    priority: int
+    session_id: str | None
+    user_id: str | None
+    actor: str
+    configuration: str | None
+    deployment_id: str
+    idempotency_key: str | None
+    origin: str
+    delay: float
+    has_request: bool
+    payload: bytes | None
+
+
+def insert_values(new: NewRun, run_id: str, sealer: Sealer, encoded: bytes | None) -> InsertValues:
+    """The row of ``new`` as stored; ``encoded`` is its JSON payload (None: not saved)."""
+    return InsertValues(
+        id=run_id,
+        component_type=new.component_type,
+        component_id=new.component_id,
+        max_attempts=new.max_attempts,
+        priority=new.priority,
+        session_id=new.session_id,
+        user_id=new.actor.user_id,
+        actor=encode_actor(new.actor),
+        configuration=new.configuration,
+        deployment_id=new.deployment_id or "",
+        idempotency_key=new.idempotency_key,
+        origin=new.origin,
+        delay=max(float(new.delay_seconds), 0.0),
+        has_request=new.save_request,
+        payload=seal_encoded(sealer, "payload", run_id, encoded),
+    )
+
+
+def encoded_payload(new: NewRun) -> bytes | None:
+    """The JSON of the payload to store, encoded before any SQL so a bad value writes nothing."""
+    return encode_json(new.payload) if new.save_request else None
+
+
+def fresh_run(new: NewRun, values: InsertValues, encoded: bytes | None, now: float) -> Run:
+    """The inserted row as a Run, built from what was written (no read-back, no unsealing)."""
+    return Run(
+        id=values.id,
+        component_type=new.component_type,
+        component_id=new.component_id,
+        status=Status.QUEUED,
+        attempt=0,
+        max_attempts=new.max_attempts,
+        priority=new.priority,
+        session_id=new.session_id,
+        user_id=new.actor.user_id,
+        actor=new.actor,
+        configuration=new.configuration,
+        deployment_id=new.deployment_id or None,
+        idempotency_key=new.idempotency_key,
+        origin=new.origin,
+        created_at=now,
+        updated_at=now,
+        available_at=now + values.delay,
+        started_at=None,
+        completed_at=None,
+        locked_by=None,
+        locked_at=None,
+        error=None,
+        termination_reason=None,
+        pause_reason=None,
+        cancel_requested=False,
+        non_idempotent=False,
+        has_request=new.save_request,
+        payload=msgspec.json.decode(encoded) if encoded is not None else None,
+    )
+
+
+# -- rows coming out --------------------------------------------------------------------
+
+
+class RowLike(Protocol):
+    """What a row must offer: lookup by column name (sqlite3.Row, asyncpg.Record, dict)."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
+
+def row_to_run(row: RowLike, sealer: Sealer) -> Run:
+    """A run-table row → an opened ``Run``.
+
+    ``resume`` is None while neither resume state nor decision is stored; a paused run
+    shows its state (decision None), a continued run both.
+    """
+    run_id: str = row["id"]
+    resume_state = row["resume_state"]
+    decision = row["decision"]
+    resume = None
+    if resume_state is not None or decision is not None:
+        resume = Resume(
+            state=open_json(sealer, "resume_state", run_id, resume_state),
+            decision=open_json(sealer, "decision", run_id, decision),
+        )
+    reason = row["termination_reason"]
+    return Run(
+        id=run_id,
+        component_type=row["component_type"],
+        component_id=row["component_id"],
+        status=Status(row["status"]),
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        priority=row["priority"],
+        session_id=row["session_id"],
+        user_id=row["user_id"],
+        actor=decode_actor(row["actor"]),
+        configuration=row["configuration"],
+        deployment_id=row["deployment_id"] or None,
+        idempotency_key=row["idempotency_key"],
+        origin=row["origin"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        available_at=row["available_at"],
+        started_at=row["started_at"],
+        completed_at=row["completed_at"],
+        locked_by=row["locked_by"],
+        locked_at=row["locked_at"],
+        error=row["error"],
+        termination_reason=TerminationReason(reason) if reason is not None else None,
+        pause_reason=row["pause_reason"],
+        cancel_requested=bool(row["cancel_requested"]),
+        non_idempotent=bool(row["non_idempotent"]),
+        has_request=bool(row["has_request"]),
+        payload=open_json(sealer, "payload", run_id, row["payload"]),
+        answer=open_json(sealer, "answer", run_id, row["answer"]),
+        resume=resume,
+        tokens=row["tokens"],
+        cost=row["cost"],
+    )
+
+
+def row_to_worker(row: RowLike) -> WorkerInfo:
+    return WorkerInfo(
+        id=row["id"],
+        hostname=row["hostname"],
+        pid=row["pid"],
+        deployment_id=row["deployment_id"] or None,
+        started_at=row["started_at"],
+        last_seen_at=row["last_seen_at"],
+    )
+
+
+# -- results of the verbs ---------------------------------------------------------------
+
+R = TypeVar("R", bound=RowLike)
+
+
+def in_claim_order(rows: Iterable[R]) -> list[R]:
+    """Claimed rows in claim order: RETURNING gives them in no particular order, and
+    callers start runs in the order they were claimed."""
+    return sorted(rows, key=lambda r: (r["priority"], r["available_at"], r["id"]))
+
+
+def open_claimed(rows: Sequence[R], sealer: Sealer) -> tuple[list[Run], list[tuple[R, SealError]]]:
+    """Open claimed rows; the ones whose sealed values do not open come back separately,
+    with the reason, for the engine to give back."""
+    runs: list[Run] = []
+    broken: list[tuple[R, SealError]] = []
+    for row in rows:
+        try:
+            runs.append(row_to_run(row, sealer))
+        except SealError as e:
+            broken.append((row, e))
+    return runs, broken
+
+
+def heartbeat_result(
+    leases: Sequence[Lease], renewed: set[tuple[str, int]], cancel_requested: Iterable[str]
+) -> HeartbeatResult:
+    """Split ``leases`` by whether (id, attempt) was renewed; cancel requests sorted by id."""
+    return HeartbeatResult(
+        renewed=tuple(le for le in leases if (le.run_id, le.attempt) in renewed),
+        lost=tuple(le for le in leases if (le.run_id, le.attempt) not in renewed),
+        cancel_requested=tuple(sorted(cancel_requested)),
+    )
+
+
+def fence_result(completions: Sequence[Completion], applied: set[str]) -> FenceResult:
+    """Which completions were written and which were fenced off, in the caller's order."""
+    return FenceResult(
+        applied=tuple(c.run_id for c in completions if c.run_id in applied),
+        fenced_off=tuple(c.run_id for c in completions if c.run_id not in applied),
+    )
+
+
+def fail_outcome(status: str | None) -> FailOutcome:
+    """The outcome of a fenced fail from the status it wrote (None: fenced off)."""
+    if status is None:
+        return FailOutcome.FENCED_OFF
+    if status == Status.QUEUED:
+        return FailOutcome.RETRY_SCHEDULED
+    return FailOutcome.DEAD_LETTERED
+
+
+def is_repeat_continue(row: RowLike) -> bool:
+    """A second continue of the same pause: its continuation is already queued or running."""
+    return (
+        row["status"] in (Status.QUEUED, Status.RUNNING)
+        and row["continued_at"] is not None
+        and row["decision"] is not None
+    )
+
+
+def requeue_is_too_soon(run: RowLike, *, now: float, force: bool, grace: float) -> bool:
+    """A failed run's worker may still be executing within the lock grace after it failed."""
+    completed_at = run["completed_at"]
+    return (
+        run["status"] == Status.FAILED
+        and not force
+        and completed_at is not None
+        and completed_at > now - grace
+    )

@@ -1,0 +1,61 @@
+"""SQL text lives in the engines' statements modules and the migrations, nowhere else:
+a reader looking for a statement finds it there, and a verb cannot grow its own SQL."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import runq
+
+PACKAGE = Path(runq.__file__).parent
+SQL = re.compile(r"\bSELECT\b|\bINSERT INTO\b|\bUPDATE\b .*\bSET\b|\bDELETE FROM\b|\bPRAGMA\b")
+ALLOWED = {
+    PACKAGE / "store" / "statements.py",
+    PACKAGE / "store" / "sqlite" / "statements.py",
+    PACKAGE / "store" / "postgres" / "statements.py",
+}
+#: Outside the store today; to be moved into the engine's statements module.
+KNOWN_ELSEWHERE = {PACKAGE / "transports" / "postgres.py"}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the string constants that are docstrings (prose may say SELECT)."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                found.add(id(body[0].value))
+    return found
+
+
+def sql_literals(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = _docstrings(tree)
+    hits: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in skip
+            and SQL.search(node.value)
+        ):
+            hits.append((node.lineno, node.value.strip()[:60]))
+    return hits
+
+
+def test_sql_text_only_in_statements_modules() -> None:
+    offenders = {
+        str(path.relative_to(PACKAGE.parent)): hits
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path not in ALLOWED | KNOWN_ELSEWHERE and (hits := sql_literals(path))
+    }
+    assert offenders == {}, f"SQL text outside the statements modules: {offenders}"
+
+
+def test_the_check_finds_sql_where_it_is() -> None:
+    engines = {p for p in ALLOWED if p.parent.name in ("sqlite", "postgres")}
+    for path in engines | KNOWN_ELSEWHERE:
+        assert sql_literals(path), f"{path} holds no SQL? the check would be blind"
