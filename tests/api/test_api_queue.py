@@ -1,4 +1,4 @@
-"""``/queue`` (seed 004), health, metrics and the OpenAPI document, against real daemons
+"""``/queue`` (the operator surface), health, metrics and the OpenAPI document, against real daemons
 on both engines."""
 
 from __future__ import annotations
