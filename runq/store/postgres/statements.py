@@ -563,9 +563,7 @@ def build(schema: str, offset: float) -> Statements:
         **_migration_sql(s, now),
         # starts_with is exact under any collation (a range on a non-C collation is not);
         # an operator's one-off lookup can afford the scan.
-        ids_with_prefix=(
-            f"SELECT id FROM {s}.runs WHERE starts_with(id, $1) ORDER BY id LIMIT $2"
-        ),
+        ids_with_prefix=f"SELECT id FROM {s}.runs WHERE starts_with(id, $1) ORDER BY id LIMIT $2",
     )
 
 
