@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from runq.cli.ids import resolve_run_id
 from runq.cli.options import CliContext, common_options, read_json_arg, run_async
 from runq.cli.render import echo_json, job_row, new_console, print_report, print_run
 from runq.model import JobView, Page, Run, Status
@@ -18,7 +19,10 @@ if TYPE_CHECKING:
 
 @click.group("jobs")
 def jobs() -> None:
-    """List, show, requeue, cancel and continue runs (the /queue operator surface)."""
+    """List, show, requeue, cancel and continue runs (the /queue operator surface).
+
+    RUN_ID is a whole run id or a prefix that starts exactly one (as with git commits).
+    """
 
 
 @jobs.command("list")
@@ -64,16 +68,27 @@ def jobs_list(cli_ctx: CliContext, **opts: Any) -> None:
     from rich.table import Table
 
     table = Table("id", "component", "status", "attempt", "created (UTC)", "error")
+    # An id is shown whole or not at all: a cut one cannot be pasted back. The other
+    # columns give way first; only a terminal narrower than an id folds it.
+    ids = table.columns[0]
+    ids.no_wrap, ids.overflow = True, "fold"
+    ids.min_width = max((len(run.id) for run in page.data), default=2)
     for run in page.data:
         table.add_row(*job_row(run))
     console = new_console()
+    if not console.is_terminal:
+        # Piped: nothing to fit, so nothing is cut (the table is only as wide as its cells).
+        console.width = 1000
     console.print(table)
     console.print(f"page {page.page} of {max(page.total_pages, 1)} ({page.total_count} runs)")
 
 
-async def _one(cli_ctx: CliContext, verb: Callable[[Queue], Awaitable[Run | None]]) -> Run | None:
+async def _one(
+    cli_ctx: CliContext, run_id: str, verb: Callable[[Queue, str], Awaitable[Run | None]]
+) -> Run | None:
+    """``verb`` on the run ``run_id`` names: a whole id or a unique prefix of one."""
     async with cli_ctx.queue() as q:
-        return await verb(q)
+        return await verb(q, await resolve_run_id(q.store, run_id))
 
 
 @jobs.command("show")
@@ -82,7 +97,7 @@ async def _one(cli_ctx: CliContext, verb: Callable[[Queue], Awaitable[Run | None
 @common_options
 def jobs_show(cli_ctx: CliContext, run_id: str, as_json: bool) -> None:
     """One run, all fields."""
-    run = run_async(lambda: _one(cli_ctx, lambda q: q.get(run_id)))
+    run = run_async(lambda: _one(cli_ctx, run_id, lambda q, full: q.get(full)))
     if run is None:
         click.echo(f"runq: no run {run_id}", err=True)
         sys.exit(1)
@@ -102,7 +117,8 @@ def jobs_requeue(
     run = run_async(
         lambda: _one(
             cli_ctx,
-            lambda q: q.requeue(run_id, clear_cancellation=clear_cancellation, force=force),
+            run_id,
+            lambda q, full: q.requeue(full, clear_cancellation=clear_cancellation, force=force),
         )
     )
     assert run is not None
@@ -115,7 +131,7 @@ def jobs_requeue(
 @common_options
 def jobs_cancel(cli_ctx: CliContext, run_id: str, as_json: bool) -> None:
     """Cancel a run (a running one stops at its next checkpoint or heartbeat)."""
-    run = run_async(lambda: _one(cli_ctx, lambda q: q.cancel(run_id)))
+    run = run_async(lambda: _one(cli_ctx, run_id, lambda q, full: q.cancel(full)))
     assert run is not None
     print_report(run, as_json)
 
@@ -128,6 +144,6 @@ def jobs_cancel(cli_ctx: CliContext, run_id: str, as_json: bool) -> None:
 def jobs_continue(cli_ctx: CliContext, run_id: str, decision: str, as_json: bool) -> None:
     """Continue a paused run with a decision."""
     value = read_json_arg(decision, "--decision")
-    run = run_async(lambda: _one(cli_ctx, lambda q: q.continue_(run_id, value)))
+    run = run_async(lambda: _one(cli_ctx, run_id, lambda q, full: q.continue_(full, value)))
     assert run is not None
     print_report(run, as_json)

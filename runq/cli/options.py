@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import anyio
 import click
+from click.core import ParameterSource
 
 from runq.components import ComponentRegistry
 from runq.config import Config, load_config
@@ -100,31 +101,75 @@ def run_async(fn: Callable[[], Awaitable[T]]) -> T:
     return anyio.run(fn, backend="asyncio", backend_options=options)
 
 
+class GlobalOptions:
+    """The options given before the command's name (``runq --config x status``)."""
+
+    def __init__(
+        self, config_path: str | None, store_url: str | None, debug: bool, log_format: str | None
+    ) -> None:
+        self.config_path = config_path
+        self.store_url = store_url
+        self.debug = debug
+        self.log_format = log_format
+
+
+def shared_options(fn: Callable[..., Any], *, on_group: bool = False) -> Callable[..., Any]:
+    """``--config``, ``--store-url``, ``--debug``, ``--log-format``: on the group and on
+    every command, so they work before or after the command's name. The group reads no
+    environment variable: the command does, and an option given on the command line in
+    either place wins over it."""
+    options = [
+        click.option(
+            "--config",
+            "config_path",
+            type=click.Path(dir_okay=False),
+            envvar=None if on_group else "RUNQ_CONFIG",
+            help="TOML configuration file (also RUNQ_CONFIG).",
+        ),
+        click.option(
+            "--store-url",
+            envvar=None if on_group else "RUNQ_STORE_URL",
+            help="Database URL (also RUNQ_STORE_URL).",
+        ),
+        click.option("--debug", is_flag=True, help="Debug logging and tracebacks."),
+        click.option(
+            "--log-format",
+            type=click.Choice(["auto", "json", "text"]),
+            default=None if on_group else "auto",
+            show_default=not on_group,
+            help="Log lines: JSON when not a TTY (auto), or forced.",
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _with_global(name: str, value: Any) -> Any:
+    """A command's option value, or the one given before the command's name when the
+    command's own came only from the environment or the default."""
+    ctx = click.get_current_context()
+    given = ctx.find_root().obj
+    if not isinstance(given, GlobalOptions):
+        return value
+    if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE:
+        return value
+    before = getattr(given, name)
+    return value if before is None else before
+
+
 def common_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Adds the options every command takes and turns errors into one line + exit code."""
 
-    @click.option(
-        "--config",
-        "config_path",
-        type=click.Path(dir_okay=False),
-        envvar="RUNQ_CONFIG",
-        help="TOML configuration file (also RUNQ_CONFIG).",
-    )
-    @click.option(
-        "--store-url", envvar="RUNQ_STORE_URL", help="Database URL (also RUNQ_STORE_URL)."
-    )
-    @click.option("--debug", is_flag=True, help="Debug logging and tracebacks.")
-    @click.option(
-        "--log-format",
-        type=click.Choice(["auto", "json", "text"]),
-        default="auto",
-        show_default=True,
-        help="Log lines: JSON when not a TTY (auto), or forced.",
-    )
+    @shared_options
     @functools.wraps(fn)
     def wrapper(
         config_path: str | None, store_url: str | None, debug: bool, log_format: str, **kwargs: Any
     ) -> Any:
+        config_path = _with_global("config_path", config_path)
+        store_url = _with_global("store_url", store_url)
+        log_format = _with_global("log_format", log_format)
+        debug = debug or _with_global("debug", False) is True
         quiet = fn.__name__ not in ("serve_cmd", "work_cmd")
         level = logging.WARNING if quiet else logging.INFO
         configure_logging(log_format, debug=debug, level=level)  # type: ignore[arg-type]

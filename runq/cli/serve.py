@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -17,11 +18,17 @@ from runq.model import PurgeReport, ReapReport
 @common_options
 def serve_cmd(cli_ctx: CliContext) -> None:
     """Run the daemon: claimers, heartbeats, reaper, retention, HTTP API."""
-    from runq.serve.supervisor import run_serve
+    from runq.cli.first_run import welcome_text
+    from runq.serve.supervisor import run_serve, serve
     from runq.worker.executor import live_handler_threads
 
     config = cli_ctx.config
-    code = run_serve(config)
+    entry = serve
+    if sys.stderr.isatty():
+        # The guided first run: on a terminal, say once where things are and what to try.
+        welcome = welcome_text(config, cli_ctx.config_path)
+        entry = functools.partial(serve, on_ready=lambda: click.echo(welcome, err=True))
+    code = run_serve(config, entry=entry)
     if live_handler_threads():
         # A plain-function handler still blocks a thread after the drain; the process
         # must still exit (its run was settled as interrupted).

@@ -7,6 +7,7 @@ body must arrive within ``[http] request_timeout_seconds``.
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -58,7 +59,36 @@ class EmbeddedServer(uvicorn.Server):
             self._done.set()
 
 
+#: The loggers uvicorn writes to; their lines belong to runq's HTTP server.
+UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
+HTTP_LOGGER = "runq.http"
+
+
+class _ToRunqHttp(logging.Handler):
+    """Hands a uvicorn record on as ``runq.http``: operators filter one namespace, and
+    ``uvicorn.error`` naming ordinary start-up lines only misleads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._target = logging.getLogger(HTTP_LOGGER)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._target.isEnabledFor(record.levelno):
+            record.name = HTTP_LOGGER
+            self._target.handle(record)
+
+
+def route_uvicorn_logs() -> None:
+    """Send uvicorn's log lines through ``runq.http`` (once; idempotent)."""
+    for name in UVICORN_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(h, _ToRunqHttp) for h in logger.handlers):
+            logger.addHandler(_ToRunqHttp())
+        logger.propagate = False
+
+
 def embedded_server(app: Litestar, done: anyio.Event, request_timeout: float) -> EmbeddedServer:
+    route_uvicorn_logs()
     config = uvicorn.Config(
         app,
         lifespan="on",

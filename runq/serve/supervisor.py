@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import importlib.util
 import signal
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -57,9 +59,24 @@ STRAGGLER_SETTLE_SECONDS = 5.0
 LAG_SAMPLE_SECONDS = 1.0
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedHttp:
+    """What the HTTP API needs, made before anything is registered."""
+
+    app: Litestar
+    sock: socket.socket
+
+
 class Supervisor:
-    def __init__(self, queue: Queue, *, notifier: SystemdNotifier | None = None) -> None:
+    def __init__(
+        self,
+        queue: Queue,
+        *,
+        notifier: SystemdNotifier | None = None,
+        on_ready: Callable[[], None] | None = None,
+    ) -> None:
         self.queue = queue
+        self._on_ready = on_ready
         self.config: Config = queue.config
         self.store = queue.store
         self.systemd = notifier or SystemdNotifier()
@@ -146,21 +163,35 @@ class Supervisor:
         return 0
 
     async def _serve(self, services: TaskGroup) -> None:
+        # Everything that can refuse the configuration (the app and its auth secrets, the
+        # listen address) is checked before the worker is registered: a start that fails
+        # must not leave a "live" worker behind for `runq status` to count.
+        http = self._prepare_http()
         services.start_soon(self._sample_loop_lag)
         services.start_soon(self.systemd.watchdog_loop)
         if not self.worker_enabled:
-            await self._start_http(services)
+            await self._start_http(services, http)
             self._ready()
             await self._stop_requested.wait()
             self._begin_drain()
             await self._stop_http()
             return
         await self.registry.register()
+        try:
+            await self._serve_worker(services, http)
+        except Exception:
+            # A start that failed after registering removes what it registered.
+            with anyio.CancelScope(shield=True):
+                await self._remove_worker()
+            raise
+        await self._remove_worker()
+
+    async def _serve_worker(self, services: TaskGroup, http: PreparedHttp | None) -> None:
         self._start_worker_services(services)
         await self._start_listener(services)
         async with anyio.create_task_group() as executions:
             await services.start(self.claimer.run, executions)
-            await self._start_http(services)
+            await self._start_http(services, http)
             self._ready()
             await self._stop_requested.wait()
             await self._drain()
@@ -168,7 +199,6 @@ class Supervisor:
             # reaper of a peer or of the next start: its lease goes stale.
             executions.cancel_scope.cancel()
         await self._stop_http()
-        await self._remove_worker()
 
     def _start_worker_services(self, services: TaskGroup) -> None:
         services.start_soon(self.runtime.heartbeat.run)
@@ -200,6 +230,8 @@ class Supervisor:
             http=self.config.http.listen or None,
             engine=self.store.engine,
         )
+        if self._on_ready is not None:
+            self._on_ready()
 
     def _begin_drain(self) -> None:
         self.draining = True
@@ -252,14 +284,21 @@ class Supervisor:
     def _wake_after_operator(self) -> None:
         self.claimer.wake()
 
-    async def _start_http(self, services: TaskGroup) -> None:
+    def _prepare_http(self) -> PreparedHttp | None:
+        """The app (its auth secrets read) and the bound socket, or None without HTTP.
+        Raises ``ConfigError`` for a missing secret or a busy address."""
         listen = self.config.http.host_port
         if listen is None:
-            return
+            return None
         app = self._build_app()
         if app is None:
+            return None
+        return PreparedHttp(app, bind_listener(*listen))
+
+    async def _start_http(self, services: TaskGroup, http: PreparedHttp | None) -> None:
+        if http is None:
             return
-        sock = bind_listener(*listen)
+        app, sock = http.app, http.sock
         server = embedded_server(app, self._http_done, self.config.http.request_timeout_seconds)
         self._http = server
         services.start_soon(server.serve, [sock])
@@ -309,15 +348,16 @@ class Supervisor:
 # -- entry point ----------------------------------------------------------------------------------
 
 
-async def serve(config: Config) -> int:
-    """Resolve components, open (and migrate) the store, serve until stopped."""
+async def serve(config: Config, *, on_ready: Callable[[], None] | None = None) -> int:
+    """Resolve components, open (and migrate) the store, serve until stopped; ``on_ready``
+    is called once the daemon is ready."""
     components = ComponentRegistry.from_config(config.components)
     try:
         async with AsyncExitStack() as stack:
             queue = await stack.enter_async_context(
                 Queue.open(config=config, migrate=True, components=components)
             )
-            return await Supervisor(queue).run()
+            return await Supervisor(queue, on_ready=on_ready).run()
     finally:
         with anyio.CancelScope(shield=True):
             await components.aclose()

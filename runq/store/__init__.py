@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 
 from runq.config import Config, store_engine
-from runq.errors import ConfigError
+from runq.errors import ConfigError, SealError
 from runq.seal import KeyRing, Sealer, ensure_key_file, key_file_for, load_key_ring
 from runq.store.base import Store
 
@@ -34,6 +34,31 @@ def sealer_for(config: Config) -> KeyRing:
     )
 
 
+class _NoKeys:
+    """A sealer for a connection that only checks the database is there."""
+
+    @property
+    def sealing_key_id(self) -> bytes:
+        raise SealError("no seal key is configured")
+
+    def seal(self, column: str, run_id: str, plaintext: bytes) -> bytes:
+        raise SealError("no seal key is configured")
+
+    def open(self, column: str, run_id: str, sealed: bytes) -> bytes:
+        raise SealError("no seal key is configured")
+
+
+async def _check_reachable(config: Config) -> None:
+    """Connect and ping once; raises ``StoreUnavailable`` when the database is away."""
+    store = make_store(config.store.url, schema=config.store.schema, sealer=_NoKeys())
+    try:
+        await store.connect()
+        await store.ping()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await store.close()
+
+
 def make_store(url: str, *, schema: str, sealer: Sealer) -> Store:
     """An unconnected store for ``url``; call ``await store.connect()``."""
     engine = store_engine(url)
@@ -50,7 +75,16 @@ def make_store(url: str, *, schema: str, sealer: Sealer) -> Store:
 async def open_store(config: Config) -> AsyncIterator[Store]:
     """The connected store of ``config`` (``[store]``, sealed with ``[seal] keys``); closed
     when the block ends, even when it is cancelled."""
-    store = make_store(config.store.url, schema=config.store.schema, sealer=sealer_for(config))
+    try:
+        sealer = sealer_for(config)
+    except ConfigError:
+        # A database that cannot be reached is the first thing to fix (exit 1), and the
+        # error a newcomer should see first; the missing key comes next. (SQLite is not
+        # probed: opening it would create the file.)
+        if store_engine(config.store.url) == "postgres":
+            await _check_reachable(config)
+        raise
+    store = make_store(config.store.url, schema=config.store.schema, sealer=sealer)
     await store.connect()
     try:
         yield store

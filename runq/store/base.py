@@ -240,3 +240,8 @@ class Store(Protocol):
         under the sealing key. Returns (last id seen or None when done, values re-sealed)."""
 
     async def count_runs(self) -> int: ...
+
+    async def run_ids_with_prefix(self, prefix: str, *, limit: int) -> list[str]:
+        """Up to ``limit`` run ids that start with ``prefix``, in id order: how the CLI
+        turns a pasted prefix into one run (as git does with commit ids). Meant for an
+        operator's one-off lookup, after an exact ``get`` missed."""

@@ -418,7 +418,7 @@ class QueueMachine(RuleBasedStateMachine):
         if before.status is Status.PAUSED:
             assert got is not None, "continue of a paused run was refused"
             assert got.status is Status.QUEUED
-            assert got.max_attempts == before.attempt + 1
+            assert got.max_attempts == max(before.max_attempts, before.attempt + 1)
             assert got.resume is not None
             assert got.resume.decision == {"decision": rid[-4:]}
             self.continued.add(rid)

@@ -46,6 +46,13 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (*MAYBE_SENT, *NOT_SENT)
 CONNECT_ERRORS: tuple[type[BaseException], ...] = (*UNAVAILABLE, asyncpg.PostgresError)
 
 
+#: What a schema that was never migrated answers: no runq tables (or no schema) yet.
+NOT_MIGRATED: tuple[type[BaseException], ...] = (
+    pgerr.UndefinedTableError,
+    pgerr.InvalidSchemaNameError,
+)
+
+
 def is_outage(error: BaseException) -> bool:
     return isinstance(error, UNAVAILABLE) and not isinstance(error, NOT_AN_OUTAGE)
 
@@ -96,6 +103,12 @@ class Pool:
         detail = str(error) or type(error).__name__
         return StoreUnavailable(f"PostgreSQL at {redact_url(self.url)} is unavailable: {detail}")
 
+    def not_migrated(self, error: BaseException) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"PostgreSQL at {redact_url(self.url)}: the schema is not migrated: "
+            f"run `runq migrate` ({error})"
+        )
+
     @property
     def _live(self) -> asyncpg.Pool:
         if self._pool is None:
@@ -139,6 +152,14 @@ class Pool:
             pool.terminate()
 
     async def call(self, op: Callable[[asyncpg.Pool], Awaitable[T]], *, retry: bool = False) -> T:
+        """Run ``op`` on the pool; map connection failures, and a schema that was never
+        migrated, to ``StoreUnavailable``."""
+        try:
+            return await self._call(op, retry=retry)
+        except NOT_MIGRATED as e:
+            raise self.not_migrated(e) from e
+
+    async def _call(self, op: Callable[[asyncpg.Pool], Awaitable[T]], *, retry: bool) -> T:
         """Run ``op`` on the pool; map connection failures to ``StoreUnavailable``.
 
         After a failure every pooled connection is expired, so the next call reconnects
@@ -186,6 +207,8 @@ class Pool:
         try:
             async with pool.acquire() as con, con.transaction():
                 yield con
+        except NOT_MIGRATED as e:
+            raise self.not_migrated(e) from e
         except UNAVAILABLE as e:
             if not is_outage(e):
                 raise

@@ -90,6 +90,7 @@ class Statements:
     reseal_select_template: str
     reseal_update: str
     notify: str
+    ids_with_prefix: str
 
 
 def _claim_filters(s: str, now: str, first: int) -> str:
@@ -312,7 +313,8 @@ def _lifecycle_sql(s: str, now: str) -> dict[str, str]:
             RETURNING *""",
         "continue_": f"""
             UPDATE {s}.runs SET
-                status = {target_of("continue")}, decision = $2, max_attempts = attempt + 1,
+                status = {target_of("continue")}, decision = $2,
+                max_attempts = GREATEST(max_attempts, attempt + 1),
                 available_at = {now}, continued_at = {now}, updated_at = {now}
             WHERE id = $1 AND (status = 'paused') IS TRUE  -- by primary key, see _still_running
             RETURNING *""",
@@ -559,6 +561,9 @@ def build(schema: str, offset: float) -> Statements:
         **_usage_sql(s),
         **_maintenance_sql(s, now),
         **_migration_sql(s, now),
+        # starts_with is exact under any collation (a range on a non-C collation is not);
+        # an operator's one-off lookup can afford the scan.
+        ids_with_prefix=f"SELECT id FROM {s}.runs WHERE starts_with(id, $1) ORDER BY id LIMIT $2",
     )
 
 

@@ -570,3 +570,7 @@ class PostgresStore:
     async def count_runs(self) -> int:
         total: int = await self._db.fetchval(self._sql.count_runs, retry=True)
         return total
+
+    async def run_ids_with_prefix(self, prefix: str, *, limit: int) -> list[str]:
+        rows = await self._db.fetch(self._sql.ids_with_prefix, prefix, max(limit, 1), retry=True)
+        return [row["id"] for row in rows]

@@ -111,6 +111,7 @@ class Statements:
     record_migration: str
     migrations_table_exists: str
     applied_versions: str
+    ids_with_prefix: str
 
 
 def _reap(t: str) -> str:
@@ -237,7 +238,8 @@ def _lifecycle(t: str) -> dict[str, str]:
         ),
         "continue_": (
             f"UPDATE {t} SET status = {target_of('continue')}, decision = :decision,"
-            " max_attempts = attempt + 1, available_at = :now, continued_at = :now,"
+            " max_attempts = MAX(max_attempts, attempt + 1), available_at = :now,"
+            " continued_at = :now,"
             f" updated_at = :now, {_LEASE_CLEAR}"
             f" WHERE id = :id AND status IN ({sources_of('continue')}) RETURNING *"
         ),
@@ -408,6 +410,11 @@ def build(schema: str) -> Statements:
         **_usage(t, f"{schema}_budget_usage"),
         **_maintenance(t, w),
         **_migrations(f"{schema}_schema_migrations"),
+        # The range walks the primary key from the prefix on; substr keeps it exact.
+        ids_with_prefix=(
+            f"SELECT id FROM {t} WHERE id >= :prefix AND id < :upper"
+            " AND substr(id, 1, length(:prefix)) = :prefix ORDER BY id LIMIT :limit"
+        ),
     )
 
 

@@ -610,5 +610,18 @@ class SqliteStore:
         count: int = row[0]
         return count
 
+    async def run_ids_with_prefix(self, prefix: str, *, limit: int) -> list[str]:
+        params = {"prefix": prefix, "upper": prefix + _LAST_CHARACTER, "limit": max(limit, 1)}
+
+        def body(conn: sqlite3.Connection, now: float) -> list[str]:
+            return [row[0] for row in conn.execute(self._sql.ids_with_prefix, params)]
+
+        return await self._read(body)
+
+
+#: Sorts after every character (SQLite compares text as UTF-8 bytes, in code point order),
+#: so ``prefix + _LAST_CHARACTER`` bounds every id that starts with ``prefix``.
+_LAST_CHARACTER = "\U0010ffff"
+
 
 __all__ = ["SqliteStore"]
