@@ -72,13 +72,6 @@ def test_the_patterns_catch_each_way_of_citing() -> None:
     assert not citations_in("rng = random.Random(plan.seed + 1)  # see docs/design.md")
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "other branches of this round still remove citations from the files they own; "
-        "remove this marker once they are merged"
-    ),
-)
 def test_no_tracked_file_cites_documents_outside_the_repository() -> None:
     hits: list[str] = []
     for path in tracked_files():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -150,26 +151,40 @@ def strict_token(drop: str = "", secret: str = SECRET, alg: str = "HS256", **cla
     return jwt.encode(base, secret, algorithm=alg)
 
 
+# Tokens are built when the test runs, not when it is collected: a token built at
+# collection would expire before a long suite reached it.
 @pytest.mark.parametrize(
-    ("token", "reason"),
+    ("make_token", "reason"),
     [
-        (strict_token(exp=int(time.time()) - 120), "expired"),
-        (strict_token(secret=OTHER_SECRET), "signature"),
-        (strict_token(aud="someone-else"), "audience"),
-        (strict_token(iss="https://evil.example"), "issuer"),
-        (strict_token(nbf=int(time.time()) + 600), "not valid yet"),
-        (strict_token(drop="exp"), "'exp'"),
-        (strict_token(drop="sub"), "'sub'"),
-        (strict_token(alg="HS512"), "not valid"),  # an algorithm that is not configured
-        (strict_token(sub=""), "sub"),
-        ("not.a.jwt", "not valid"),
+        (lambda: strict_token(exp=int(time.time()) - 120), "expired"),
+        (lambda: strict_token(secret=OTHER_SECRET), "signature"),
+        (lambda: strict_token(aud="someone-else"), "audience"),
+        (lambda: strict_token(iss="https://evil.example"), "issuer"),
+        (lambda: strict_token(nbf=int(time.time()) + 600), "not valid yet"),
+        (lambda: strict_token(drop="exp"), "'exp'"),
+        (lambda: strict_token(drop="sub"), "'sub'"),
+        (lambda: strict_token(alg="HS512"), "not valid"),  # an algorithm that is not configured
+        (lambda: strict_token(sub=""), "sub"),
+        (lambda: "not.a.jwt", "not valid"),
+    ],
+    ids=[
+        "expired",
+        "other-secret",
+        "audience",
+        "issuer",
+        "not-yet",
+        "no-exp",
+        "no-sub",
+        "unconfigured-alg",
+        "empty-sub",
+        "garbage",
     ],
 )
-def test_jwt_refusals(token: str, reason: str) -> None:
+def test_jwt_refusals(make_token: Callable[[], str], reason: str) -> None:
     auth = jwt_auth(audience=AUD, issuer=ISS, leeway_seconds=0)
     assert auth.authenticate(bearer(strict_token())).user_id == "alice"
     with pytest.raises(Unauthenticated, match=reason):
-        auth.authenticate(bearer(token))
+        auth.authenticate(bearer(make_token()))
 
 
 def test_jwt_leeway_accepts_a_just_expired_token() -> None:
