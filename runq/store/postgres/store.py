@@ -7,6 +7,7 @@ error policy in ``connection``; this module binds parameters and maps rows.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -53,6 +54,9 @@ __all__ = ["PostgresStore"]
 
 #: How many rows one submit_many statement carries; larger batches just take more statements.
 _BULK_CHUNK = 5000
+#: The claim path's own connections (opened on the first claim): one claimer per replica,
+#: plus one for a ``sync`` claim of a single run beside it.
+CLAIM_CONNECTIONS = 2
 #: How often submit re-runs after losing an idempotency race (the winner is then visible).
 _SUBMIT_ATTEMPTS = 3
 
@@ -101,8 +105,12 @@ class PostgresStore:
         connect_timeout: float = 10.0,
         migration_timeout: float = 3600.0,
         application_name: str = "runq",
+        pgbouncer: bool = False,
+        listen_url: str = "",
     ) -> None:
         self.url = url
+        self._pgbouncer = pgbouncer
+        self._listen_url = listen_url
         self.schema = check_schema(schema)
         self.clock_offset_seconds = 0.0
         self._sealer = sealer
@@ -114,7 +122,20 @@ class PostgresStore:
             command_timeout=command_timeout,
             connect_timeout=connect_timeout,
             application_name=application_name,
+            pooled=pgbouncer,
         )
+        # Claims on a connection of their own: a wake-up's claim never queues behind
+        # completion writes and heartbeats on the shared pool (the start-latency tail).
+        self._claims = Pool(
+            url,
+            min_size=1,
+            max_size=CLAIM_CONNECTIONS,
+            command_timeout=command_timeout,
+            connect_timeout=connect_timeout,
+            application_name=f"{application_name} claims",
+            pooled=pgbouncer,
+        )
+        self._claims_opening = asyncio.Lock()
         self._sql_offset = 0.0
         self._sql_cache = pg_sql.build(schema, 0.0)
 
@@ -142,11 +163,30 @@ class PostgresStore:
 
     # -- lifecycle ----------------------------------------------------------------------
 
+    @property
+    def listen_url(self) -> str | None:
+        """Where LISTEN connects: ``[store] listen_url``, else the store URL unless behind
+        PgBouncer (a pooled server connection cannot hold a LISTEN): None, poll only."""
+        if self._listen_url:
+            return self._listen_url
+        return None if self._pgbouncer else self.url
+
     async def connect(self) -> None:
         await self._db.connect()
 
+    async def _claim_pool(self) -> Pool:
+        # Opened on the first claim: a replica that serves only the API, and every CLI
+        # command, never holds these connections.
+        if not self._claims.connected:
+            async with self._claims_opening:
+                await self._claims.connect()
+        return self._claims
+
     async def close(self) -> None:
-        await self._db.close()
+        try:
+            await self._claims.close()
+        finally:
+            await self._db.close()
 
     async def migrate(self) -> int:
         """Apply pending migrations in one transaction under a per-schema advisory lock."""
@@ -307,17 +347,16 @@ class PostgresStore:
         if slots <= 0:
             return ClaimedRuns()
         sql = self._sql
+        claims = await self._claim_pool()
         rules = [serialize_sessions, *_blocked_params(blocked)]
         if run_id is not None:
-            found = await self._db.fetch(
+            found = await claims.fetch(
                 sql.claim_one, worker_id, run_id, *rules, deployment_id or ""
             )
         elif deployment_id:
-            found = await self._db.fetch(
-                sql.claim_affinity, worker_id, slots, *rules, deployment_id
-            )
+            found = await claims.fetch(sql.claim_affinity, worker_id, slots, *rules, deployment_id)
         else:
-            found = await self._db.fetch(sql.claim, worker_id, slots, *rules)
+            found = await claims.fetch(sql.claim, worker_id, slots, *rules)
         runs, broken = rows.open_claimed(rows.in_claim_order(found), self._sealer)
         if broken:
             # Given back, not left running: a replica holding the wrong keys must neither
