@@ -53,7 +53,6 @@ from runq.store.statements import check_schema
 __all__ = ["PostgresStore"]
 
 #: How many rows one submit_many statement carries; larger batches just take more statements.
-_BULK_CHUNK = 5000
 #: The claim path's own connections (opened on the first claim): one claimer per replica,
 #: plus one for a ``sync`` claim of a single run beside it.
 CLAIM_CONNECTIONS = 2
@@ -267,22 +266,24 @@ class PostgresStore:
         ids = [n.id or new_run_id() for n in news]
         if not ids:
             return ids
-        # Column arrays for the unnest INSERT; every payload encoded and sealed up front.
-        columns = [
-            list(col)
-            for col in zip(
-                *(
-                    rows.insert_values(n, run_id, self._sealer, rows.encoded_payload(n))
-                    for run_id, n in zip(ids, news, strict=True)
-                ),
-                strict=True,
-            )
+        # Every payload encoded and sealed before any SQL, so a bad value writes nothing.
+        values = [
+            rows.insert_values(n, run_id, self._sealer, rows.encoded_payload(n))
+            for run_id, n in zip(ids, news, strict=True)
         ]
         try:
             async with self._db.transaction() as con:
-                for start in range(0, len(ids), _BULK_CHUNK):
-                    chunk = [col[start : start + _BULK_CHUNK] for col in columns]
-                    await con.execute(self._sql.submit_many, *chunk)
+                # One clock for the batch, the transaction's (what the INSERT would use);
+                # then binary COPY straight into the run table: no parameter arrays to
+                # build and unpack, and the unique index still refuses a taken
+                # idempotency key for the whole batch.
+                now: float = await con.fetchval(self._sql.now)
+                await con.copy_records_to_table(
+                    "runs",
+                    schema_name=self.schema,
+                    columns=pg_sql.SUBMIT_COPY_COLUMNS,
+                    records=[_copy_record(v, now) for v in values],
+                )
         except asyncpg.UniqueViolationError as e:
             raise Conflict(messages.bulk_refused(e)) from e
         return ids
@@ -609,3 +610,28 @@ class PostgresStore:
     async def count_runs(self) -> int:
         total: int = await self._db.fetchval(self._sql.count_runs, retry=True)
         return total
+
+
+def _copy_record(v: rows.InsertValues, now: float) -> tuple[Any, ...]:
+    """One row for ``SUBMIT_COPY_COLUMNS``: queued, attempt 0, created and updated now."""
+    return (
+        v.id,
+        v.component_type,
+        v.component_id,
+        "queued",
+        0,
+        v.max_attempts,
+        v.priority,
+        v.session_id,
+        v.user_id,
+        v.actor,
+        v.configuration,
+        v.deployment_id,
+        v.idempotency_key,
+        v.origin,
+        now,
+        now,
+        now + v.delay,
+        v.has_request,
+        v.payload,
+    )
