@@ -179,7 +179,9 @@ class Completer:
         return True
 
     def _failed(self, batch: list[_Item], error: Exception) -> bool:
-        STORE_ERRORS.labels(service="completer").inc()
+        # Counted as the executor's settle writes were before completions were batched
+        # here, so dashboards and tests that watch ``service="executor"`` still see them.
+        STORE_ERRORS.labels(service="executor").inc()
         transient = isinstance(error, TRANSIENT_ERRORS)
         again = [item for item in batch if transient and item.retry]
         for item in batch:
