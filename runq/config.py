@@ -54,6 +54,15 @@ WORKER_PRUNE_INTERVAL_SECONDS = 3600.0
 class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     url: str = "sqlite:///runq.db"
     schema: str = "runq"
+    #: PostgreSQL: connections of the shared pool (API, completions, heartbeats, maintenance).
+    #: A replica opens at most this many, plus one for claims and one for LISTEN.
+    pool_size: int = 10
+    #: PostgreSQL behind PgBouncer in transaction mode: no server-side prepared statements,
+    #: and LISTEN only on ``listen_url`` (poll-only without one).
+    pgbouncer: bool = False
+    #: PostgreSQL: a direct URL (not through a pooler) for LISTEN wake-ups; empty: ``url``,
+    #: or no LISTEN at all when ``pgbouncer`` is on.
+    listen_url: str = ""
 
 
 class QueueConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -434,6 +443,11 @@ def _validate_store(s: StoreConfig) -> None:
         "store.schema",
         f"{s.schema!r} must be a lower-case SQL identifier ([a-z_][a-z0-9_]*)",
     )
+    _require(1 <= s.pool_size <= 1000, "store.pool_size", f"{s.pool_size} must be 1 to 1000")
+    if s.listen_url:
+        _require(
+            store_engine(s.listen_url) == "postgres", "store.listen_url", "must be postgresql://"
+        )
 
 
 def _validate_queue(q: QueueConfig) -> None:

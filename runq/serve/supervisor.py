@@ -214,10 +214,11 @@ class Supervisor:
 
     async def _start_listener(self, services: TaskGroup) -> None:
         store = self.store
-        if not is_listenable(store):
-            return
+        listen_url = getattr(store, "listen_url", None)
+        if not is_listenable(store) or listen_url is None:
+            return  # behind PgBouncer with no direct URL: claims poll
         self.listener = Listener(
-            store.url, store.channel, on_wake=self._wake_claimer, on_cancel=self._cancel_local
+            listen_url, store.channel, on_wake=self._wake_claimer, on_cancel=self._cancel_local
         )
         await services.start(self.listener.run)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import anyio
 
-from runq.config import Config, store_engine
+from runq.config import Config, StoreConfig, store_engine
 from runq.errors import ConfigError, SealError
 from runq.seal import KeyRing, Sealer, ensure_key_file, key_file_for, load_key_ring
 from runq.store.base import Store
@@ -59,8 +59,11 @@ async def _check_reachable(config: Config) -> None:
             await store.close()
 
 
-def make_store(url: str, *, schema: str, sealer: Sealer) -> Store:
-    """An unconnected store for ``url``; call ``await store.connect()``."""
+def make_store(
+    url: str, *, schema: str, sealer: Sealer, settings: StoreConfig | None = None
+) -> Store:
+    """An unconnected store for ``url``; call ``await store.connect()``. ``settings``: the
+    rest of ``[store]`` (pool size, PgBouncer, LISTEN URL)."""
     engine = store_engine(url)
     if engine == "sqlite":
         from runq.store.sqlite import SqliteStore
@@ -68,7 +71,16 @@ def make_store(url: str, *, schema: str, sealer: Sealer) -> Store:
         return SqliteStore(sqlite_path(url), schema=schema, sealer=sealer)
     from runq.store.postgres import PostgresStore
 
-    return PostgresStore(url, schema=schema, sealer=sealer)
+    if settings is None:
+        return PostgresStore(url, schema=schema, sealer=sealer)
+    return PostgresStore(
+        url,
+        schema=schema,
+        sealer=sealer,
+        max_size=settings.pool_size,
+        pgbouncer=settings.pgbouncer,
+        listen_url=settings.listen_url,
+    )
 
 
 @asynccontextmanager
@@ -84,7 +96,9 @@ async def open_store(config: Config) -> AsyncIterator[Store]:
         if store_engine(config.store.url) == "postgres":
             await _check_reachable(config)
         raise
-    store = make_store(config.store.url, schema=config.store.schema, sealer=sealer)
+    store = make_store(
+        config.store.url, schema=config.store.schema, sealer=sealer, settings=config.store
+    )
     await store.connect()
     try:
         yield store

@@ -69,8 +69,9 @@ def open_json(sealer: Sealer, column: str, run_id: str, sealed: bytes | None) ->
 
 
 def seal_answer(sealer: Sealer, completion: Completion) -> bytes | None:
-    """The sealed answer of a completion, or NULL when the answer is not kept."""
-    if not completion.keep_answer:
+    """The sealed answer of a completion, or NULL when the answer is not kept or is None
+    (NULL opens to None as well; sealing a null was a tenth of a no-op run's CPU)."""
+    if not completion.keep_answer or completion.answer is None:
         return None
     return seal_json(sealer, "answer", completion.run_id, completion.answer)
 

@@ -1,32 +1,50 @@
 """Batched completions: the results of many runs in one fenced ``complete_many``.
 
-Executions hand their completion to ``complete()`` and wait. While ``run()`` is active,
-completions are collected for up to ``max_wait`` (5 ms) or ``max_batch`` (64) items,
-whichever comes first, and written in one statement: one round trip and one commit for
-many runs is what lets fast handlers drain a queue at database speed. A batch is written at
-once when no handler is still executing: nothing else can join it soon, and waiting would
-only delay the write (with 16 slots and fast handlers the 5 ms wait paced the drain).
-Without ``run()`` (the ``sync`` transport, ``runq work``), each completion is written on
-its own at once.
-A completion fenced off (the lease was lost) is reported to its caller, which counts it.
+Executions hand their completion in and go: the claimer's runs with ``hand_in`` and a
+callback (no task waits for the write), callers that need the answer (``runq work``, the
+``sync`` transport, tests) with ``complete``. While ``run()`` is active, completions are
+collected for up to ``max_wait`` (5 ms) or ``max_batch`` (64) items, whichever comes first,
+and written in one statement: one round trip and one commit for many runs is what lets fast
+handlers drain a queue at database speed. A batch is written at once when no handler is
+still executing: nothing else can join it soon, and waiting would only delay the write
+(with 16 slots and fast handlers the 5 ms wait paced the drain). Without ``run()``, each
+completion is written on its own at once.
+
+A batch that fails because the database is away is written again with backoff (the
+completions stay in flight, so their leases are renewed once the database answers): a
+completion that happened during an outage is kept, not turned into a retry. Each item's
+callback learns whether it was applied (False: fenced off, the lease was lost) or the
+error that decided it (a non-transient error, or the completer stopping).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import anyio
 
+from runq.backoff import backoff_delay
 from runq.config import Config
+from runq.errors import StoreUnavailable
+from runq.log import get_logger
+from runq.metrics import STORE_ERRORS
 from runq.model import Completion
 from runq.store.base import Store
+
+log = get_logger(__name__)
 
 WRITE_TIMEOUT_SECONDS = 30.0
 #: Tuning, not configuration: the most completions one statement writes, and how long the
 #: first completion of a batch waits for others.
 MAX_BATCH = 64
 MAX_WAIT_SECONDS = 0.005
+#: Errors worth retrying a settle write for: the database is away, not the write wrong.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (StoreUnavailable, OSError, TimeoutError)
+#: What a completion's callback receives: applied (True), fenced off (False), or the error
+#: that decided it.
+WriteResult = bool | BaseException
+OnWritten = Callable[[WriteResult], None]
 
 
 @dataclass(frozen=True)
@@ -43,12 +61,12 @@ class CompleterConfig:
         return cls(max_batch=MAX_BATCH, max_wait_seconds=MAX_WAIT_SECONDS)
 
 
-@dataclass
-class _Waiter:
+@dataclass(slots=True)
+class _Item:
     completion: Completion
-    done: anyio.Event = field(default_factory=anyio.Event)
-    applied: bool = False
-    error: BaseException | None = None
+    on_written: OnWritten
+    #: Written again while the database is away (hand-ins); a waiting caller retries itself.
+    retry: bool
 
 
 class Completer:
@@ -65,10 +83,21 @@ class Completer:
         self.config = config
         #: How many handlers still execute; none left means nothing more is coming.
         self._executing = executing
-        self._pending: list[_Waiter] = []
+        self._pending: list[_Item] = []
         self._has_items = anyio.Event()
         self._full = anyio.Event()
         self._running = False
+        self._failures = 0
+
+    @property
+    def running(self) -> bool:
+        """Batching: ``hand_in`` may be used (the caller need not wait for the write)."""
+        return self._running
+
+    def hand_in(self, completion: Completion, on_written: OnWritten) -> None:
+        """Queue one completion for the next batch; ``on_written`` is called once it is
+        decided. Only while ``running``."""
+        self._add(_Item(completion, on_written, retry=True))
 
     async def complete(self, completion: Completion) -> bool:
         """Write one completion; True when applied, False when fenced off. Raises what the
@@ -76,30 +105,41 @@ class Completer:
         if not self._running:
             result = await self.store.complete_many(self.worker_id, [completion])
             return completion.run_id in result.applied
-        waiter = _Waiter(completion)
-        self._pending.append(waiter)
+        done = anyio.Event()
+        outcome: list[WriteResult] = []
+
+        def written(result: WriteResult) -> None:
+            outcome.append(result)
+            done.set()
+
+        self._add(_Item(completion, written, retry=False))
+        await done.wait()
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        return outcome[0]
+
+    def _add(self, item: _Item) -> None:
+        self._pending.append(item)
         self._has_items.set()
         if self._flush_now():
             self._full.set()
-        await waiter.done.wait()
-        if waiter.error is not None:
-            raise waiter.error
-        return waiter.applied
 
     async def run(self) -> None:
-        """Flush batches until cancelled; pending waiters then fail so callers write alone."""
+        """Flush batches until cancelled; what is still pending then fails."""
         self._running = True
         try:
             while True:
                 await self._has_items.wait()
                 with anyio.move_on_after(self.config.max_wait_seconds):
                     await self._full.wait()
-                await self._flush()
+                if not await self._flush():
+                    self._failures += 1
+                    await anyio.sleep(backoff_delay(self._failures, cap=2.0, base=0.1))
         finally:
             self._running = False
-            for waiter in self._take(len(self._pending)):
-                waiter.error = RuntimeError("completer stopped")
-                waiter.done.set()
+            stopped = RuntimeError("completer stopped")
+            for item in self._take(len(self._pending)):
+                item.on_written(stopped)
 
     def _flush_now(self) -> bool:
         """A full batch, or pending completions that no executing handler could join."""
@@ -109,7 +149,7 @@ class Completer:
             return True
         return self._executing is not None and self._executing() == 0
 
-    def _take(self, count: int) -> list[_Waiter]:
+    def _take(self, count: int) -> list[_Item]:
         batch, self._pending = self._pending[:count], self._pending[count:]
         if not self._pending:
             self._has_items = anyio.Event()
@@ -117,22 +157,41 @@ class Completer:
             self._full = anyio.Event()
         return batch
 
-    async def _flush(self) -> None:
+    async def _flush(self) -> bool:
+        """Write one batch. False when the database was away and hand-ins wait to be
+        written again (the caller backs off)."""
         batch = self._take(self.config.max_batch)
         if not batch:
-            return
+            return True
         try:
-            # Shielded (with a deadline): a batch abandoned mid-write would leave callers waiting.
+            # Shielded (with a deadline): a batch abandoned mid-write would leave its
+            # completions undecided.
             with anyio.fail_after(WRITE_TIMEOUT_SECONDS, shield=True):
                 result = await self.store.complete_many(
-                    self.worker_id, [w.completion for w in batch]
+                    self.worker_id, [item.completion for item in batch]
                 )
         except Exception as e:
-            for waiter in batch:
-                waiter.error = e
-                waiter.done.set()
-            return
+            return self._failed(batch, e)
+        self._failures = 0
         applied = set(result.applied)
-        for waiter in batch:
-            waiter.applied = waiter.completion.run_id in applied
-            waiter.done.set()
+        for item in batch:
+            item.on_written(item.completion.run_id in applied)
+        return True
+
+    def _failed(self, batch: list[_Item], error: Exception) -> bool:
+        # Counted as the executor's settle writes were before completions were batched
+        # here, so dashboards and tests that watch ``service="executor"`` still see them.
+        STORE_ERRORS.labels(service="executor").inc()
+        transient = isinstance(error, TRANSIENT_ERRORS)
+        again = [item for item in batch if transient and item.retry]
+        for item in batch:
+            if not (transient and item.retry):
+                item.on_written(error)
+        if not again:
+            return True
+        log.warning("complete.retrying", runs=len(again), error=str(error) or type(error).__name__)
+        self._pending[:0] = again
+        self._has_items.set()
+        if self._flush_now():
+            self._full.set()
+        return False

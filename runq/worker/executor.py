@@ -21,6 +21,7 @@ An exception's message becomes the run's ``error``; its traceback goes to the lo
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import random
@@ -46,12 +47,10 @@ from runq.errors import (
     Retryable,
     RunCancelled,
     RunInterrupted,
-    StoreUnavailable,
 )
 from runq.log import get_logger
 from runq.metrics import (
     FENCED_WRITES,
-    IN_FLIGHT,
     LEASES_LOST,
     QUEUE_WAIT,
     RUN_DURATION,
@@ -61,13 +60,15 @@ from runq.metrics import (
 from runq.model import Completion, FailOutcome, Lease, Run, TerminationReason, retry_delay
 from runq.privacy import keep_answer_async
 from runq.store.base import Store
-from runq.worker.completer import Completer
+from runq.worker.completer import TRANSIENT_ERRORS, Completer, WriteResult
 from runq.worker.inflight import InFlight, Interrupt
 
 if TYPE_CHECKING:
     from runq.budget import BudgetGate, BudgetLeft
 
 log = get_logger(__name__)
+#: Checked before building the keyword arguments of a per-run log line: at thousands of
+#: runs a second even building them showed in the profile.
 _stdlib_log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -78,8 +79,6 @@ CHECKPOINT_RENEW_SECONDS = 1.0
 MAX_ERROR_CHARS = 2000
 #: How often a cancelled or timed-out execution looks whether its handler thread returned.
 THREAD_POLL_SECONDS = 0.05
-#: Errors worth retrying a settle write for: the database is away, not the write wrong.
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (StoreUnavailable, OSError, TimeoutError)
 
 
 class WorkerShutdown(RunInterrupted):
@@ -125,20 +124,54 @@ def _runs_finished(outcome: str, termination_reason: str) -> Any:
 # -- one execution -----------------------------------------------------------------------
 
 
-@dataclass(eq=False)
+class _Deadline:
+    """One timer for the handler deadline of a claimed batch (they share a start), instead
+    of a timer and a cancel scope per run; cancelled once every handler of the batch ended,
+    so a drained batch leaves nothing armed on the loop."""
+
+    __slots__ = ("_executions", "_handle", "_open")
+
+    def __init__(self, executions: list[Execution], seconds: float) -> None:
+        self._executions = executions
+        self._open = len(executions)
+        self._handle = asyncio.get_running_loop().call_later(seconds, self._expire)
+
+    def _expire(self) -> None:
+        for execution in self._executions:
+            execution.time_out()
+
+    def handler_ended(self) -> None:
+        self._open -= 1
+        if self._open <= 0:
+            self._handle.cancel()
+            self._executions = []
+
+
+@dataclass(eq=False, slots=True)
 class Execution:
-    """One attempt of one run in this process; the hooks its ``RunContext`` calls."""
+    """One attempt of one run in this process; the hooks its ``RunContext`` calls.
+
+    The handler runs in the execution's own task, with no cancel scope: an interrupt (a
+    cancel, a lost lease, the drain) or the deadline cancels that task while the handler is
+    being called, and records why, so the reason decides the outcome whatever the handler
+    raised meanwhile."""
 
     run: Run
     executor: Executor
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     interrupted: Interrupt | None = None
+    timed_out: bool = False
     shutdown_requested: bool = False
     thread_done: threading.Event | None = None
     last_renewal: float = field(default_factory=time.monotonic)
     #: The handler is done and its completion handed to the completer: the run no longer
     #: takes an execution slot, though its lease is held (and renewed) until it is written.
     handed_in: bool = False
+    #: The task calling the handler, while it does; what an interrupt cancels.
+    calling: asyncio.Task[Any] | None = None
+    cancel_sent: bool = False
+    handler_over: bool = False
+    deadline: _Deadline | None = None
+    started: float = 0.0
 
     @property
     def lease(self) -> Lease:
@@ -150,7 +183,22 @@ class Execution:
             self.shutdown_requested = True
         if self.interrupted is None:
             self.interrupted = reason
-        self.scope.cancel()
+        self._stop_handler()
+
+    def time_out(self) -> None:
+        """The handler deadline passed (before an interrupt, which would decide instead)."""
+        if not self.handler_over:
+            self.timed_out = True
+            self._stop_handler()
+
+    def _stop_handler(self) -> None:
+        task = self.calling
+        # From inside the handler's own task (a checkpoint that learns of a lost lease) the
+        # caller raises the interrupt itself; a cancel would hit its next await as well.
+        if task is None or self.cancel_sent or task is asyncio.current_task():
+            return
+        self.cancel_sent = True
+        task.cancel()
 
     def _raise_if_interrupted(self) -> None:
         if self.interrupted is not None:
@@ -308,6 +356,7 @@ class Executor:
         self.on_finished = on_finished
         self.renew_soon = renew_soon
         self._limiter = anyio.CapacityLimiter(config.max_threads)
+        self._async_handlers: dict[int, bool] = {}
 
     def _fields(self, run: Run) -> dict[str, Any]:
         return {"run_id": run.id, "attempt": run.attempt, "worker_id": self.worker_id}
@@ -317,35 +366,61 @@ class Executor:
         starts the task, so the next free-slot count already includes the run."""
         execution = Execution(run, self)
         self.inflight.add(execution)
-        IN_FLIGHT.inc()
         return execution
+
+    def arm_deadline(self, executions: list[Execution]) -> None:
+        """One handler deadline for runs claimed together (``timeout_seconds`` from now)."""
+        if executions:
+            deadline = _Deadline(executions, self.config.timeout_seconds)
+            for execution in executions:
+                execution.deadline = deadline
 
     async def execute(self, run: Run, *, counted: bool = False) -> Outcome:
         """Execute one claimed run to a settled outcome. Never raises for the run's own
         failures; raises only when this process is being cancelled. ``counted``: the claimer
         already added this claim to the budget's run counters."""
-        return await self.run_admitted(self.admit(run), counted=counted)
+        execution = self.admit(run)
+        self.arm_deadline([execution])
+        outcome = await self.run_admitted(execution, counted=counted)
+        assert outcome is not None  # not handed in: it waited for its write
+        return outcome
 
-    async def run_admitted(self, execution: Execution, *, counted: bool = False) -> Outcome:
-        """``execute`` for a run already registered with ``admit``."""
+    async def run_admitted(
+        self, execution: Execution, *, counted: bool = False, hand_in: bool = False
+    ) -> Outcome | None:
+        """``execute`` for a run already registered with ``admit``. ``hand_in``: a completion
+        goes to the batching completer and this returns None at once; the completer's
+        callback finishes the run (the claimer's runs: nothing waits for their outcome)."""
         run = execution.run
-        started = time.monotonic()
+        execution.started = time.monotonic()
         if run.started_at is not None:
-            wait = max(run.started_at - run.available_at, 0.0)
-            _queue_wait(run.component_type).observe(wait)
-        log.debug("run.started", component=run.component, **self._fields(run))
+            _queue_wait(run.component_type).observe(max(run.started_at - run.available_at, 0.0))
+        if _stdlib_log.isEnabledFor(logging.DEBUG):
+            log.debug("run.started", component=run.component, **self._fields(run))
+        outcome: Outcome | None = None
+        pending = False  # handed to the completer, whose callback finishes the run
         try:
-            outcome = await self._execute(execution, counted=counted)
+            outcome = await self._execute(execution, counted=counted, hand_in=hand_in)
+            pending = outcome is None
         except Exception as e:
-            # A bug here must not take the daemon's task group down with one run.
+            # A bug here must not take the daemon down with one run.
             log.error("run.executor_error", exc=_format_exception(e), **self._fields(run))
             outcome = Outcome("unsettled", applied=False, error=error_text(e))
         finally:
-            self.inflight.remove(execution)
-            IN_FLIGHT.dec()
-            if self.on_finished is not None:
-                self.on_finished()
-        elapsed = time.monotonic() - started
+            if not pending:
+                self._release(execution)
+        if outcome is not None:
+            self._finished(execution, outcome)
+        return outcome
+
+    def _release(self, execution: Execution) -> None:
+        self.inflight.remove(execution)
+        if self.on_finished is not None:
+            self.on_finished()
+
+    def _finished(self, execution: Execution, outcome: Outcome) -> None:
+        run = execution.run
+        elapsed = time.monotonic() - execution.started
         _run_duration(run.component_type, outcome.kind).observe(elapsed)
         _runs_finished(outcome.kind, outcome.termination_reason).inc()
         if outcome.kind == "completed":
@@ -358,7 +433,7 @@ class Executor:
                     seconds=round(elapsed, 3),
                     **self._fields(run),
                 )
-            return outcome
+            return
         log.info(
             "run.finished",
             outcome=outcome.kind,
@@ -366,20 +441,24 @@ class Executor:
             seconds=round(elapsed, 3),
             **self._fields(run),
         )
-        return outcome
 
-    async def _execute(self, ex: Execution, *, counted: bool) -> Outcome:
+    async def _execute(self, ex: Execution, *, counted: bool, hand_in: bool) -> Outcome | None:
         run = ex.run
         if not counted:
             await self.count_first_claim(run)
         handler = self.components.get(run.component_type, run.component_id)
         if handler is None:
+            self._handler_ended(ex)
             return await self._fail(ex, f"unknown component {run.component}", retryable=False)
         if run.cancel_requested:
             # A cancel recorded before this claim (a requeue kept it): stop visibly, before
             # any work, as at a first checkpoint.
+            self._handler_ended(ex)
             return await self._settle_cancelled(ex)
         result = await self._invoke(ex, handler)
+        batching = hand_in and self.completer.running and not ex.shutdown_requested
+        if batching and isinstance(result, _Answer):
+            return await self._hand_in(ex, result.value, TerminationReason.COMPLETED)
         return await self._settle(ex, result)
 
     async def count_first_claim(self, run: Run) -> None:
@@ -413,31 +492,55 @@ class Executor:
             hooks=ex,
         )
 
+    def _is_async(self, handler: Handler) -> bool:
+        # Once per handler, not ``inspect`` per run.
+        key = id(handler)
+        known = self._async_handlers.get(key)
+        if known is None:
+            known = self._async_handlers[key] = is_async_handler(handler)
+        return known
+
+    def _handler_ended(self, ex: Execution) -> None:
+        ex.handler_over = True
+        if ex.deadline is not None:
+            ex.deadline.handler_ended()
+            ex.deadline = None
+
     async def _invoke(self, ex: Execution, handler: Handler) -> _Result:
         ctx = self._context(ex)
+        task = asyncio.current_task()
+        result: _Result
         try:
-            with anyio.move_on_after(self.config.timeout_seconds) as deadline, ex.scope:
-                value = await self._call(handler, ctx, ex)
-                if ex.interrupted is None:
-                    return _Answer(value)
+            if ex.interrupted is not None or ex.timed_out:
+                result = _Raised(RuntimeError("handler was not started"))
+            else:
+                ex.calling = task
+                if self._is_async(handler):
+                    result = _Answer(await handler(ctx, ctx.payload))
+                else:
+                    result = _Answer(await self._call_in_thread(handler, ctx, ex))
+        except asyncio.CancelledError:
+            if not ex.cancel_sent:
+                raise  # not ours: this process is being cancelled
+            result = _Raised(RuntimeError("handler was cancelled"))
         except Exception as e:
-            result: _Result = _Raised(e)
+            result = _Raised(e)
         except RunInterrupted as e:
             result = _Raised(e)
-        else:
-            result = (
-                _TimedOut(self.config.timeout_seconds)
-                if deadline.cancelled_caught
-                else _Raised(RuntimeError("handler was cancelled"))
-            )
+        finally:
+            ex.calling = None
+            self._handler_ended(ex)
+        if ex.cancel_sent and task is not None and task.uncancel() > 0:
+            # Our interrupt was taken; a cancel of the task itself came too: let it go on.
+            raise asyncio.CancelledError
         if ex.interrupted is not None:
             result = _Interrupted(ex.interrupted)
+        elif ex.timed_out and not isinstance(result, _Answer):
+            result = _TimedOut(self.config.timeout_seconds)
         await self._wait_for_thread(ex, result)
         return result
 
-    async def _call(self, handler: Handler, ctx: RunContext, ex: Execution) -> Any:
-        if is_async_handler(handler):
-            return await handler(ctx, ctx.payload)
+    async def _call_in_thread(self, handler: Handler, ctx: RunContext, ex: Execution) -> Any:
         done = threading.Event()
         ex.thread_done = done
 
@@ -451,7 +554,7 @@ class Executor:
                     _live_threads[0] -= 1
                 done.set()
 
-        # abandon_on_cancel: the await ends when the scope is cancelled; _wait_for_thread
+        # abandon_on_cancel: the await ends when the task is cancelled; _wait_for_thread
         # then decides whether to keep waiting for the thread (it cannot be interrupted).
         return await anyio.to_thread.run_sync(call, abandon_on_cancel=True, limiter=self._limiter)
 
@@ -534,8 +637,9 @@ class Executor:
         failures = 0
         while True:
             try:
-                with anyio.CancelScope(shield=ex.shutdown_requested):
+                if not ex.shutdown_requested:
                     return await call()
+                return await _finish_before_cancel(call)
             except TRANSIENT_ERRORS as e:
                 failures += 1
                 STORE_ERRORS.labels(service="executor").inc()
@@ -563,13 +667,19 @@ class Executor:
         log.warning("run.write_fenced", verb=verb, **self._fields(ex.run))
         return Outcome("lost", applied=False)
 
-    async def _complete(self, ex: Execution, value: Any, reason: TerminationReason) -> Outcome:
-        keep, stored = await keep_answer_async(
-            self.config.privacy_level, value, self.config.redacted_max_chars
-        )
-        if keep and not _encodable(stored):
-            # Checked here so one bad answer never fails the batch it would share.
-            return await self._fail(ex, "answer cannot be encoded as JSON", retryable=False)
+    async def _completion(
+        self, ex: Execution, value: Any, reason: TerminationReason
+    ) -> Completion | Outcome:
+        """The completion to write, or the failure when the answer cannot be stored."""
+        if value is None:
+            keep, stored = self.config.privacy_level != "none", None
+        else:
+            keep, stored = await keep_answer_async(
+                self.config.privacy_level, value, self.config.redacted_max_chars
+            )
+            if keep and not _encodable(stored):
+                # Checked here so one bad answer never fails the batch it would share.
+                return await self._fail(ex, "answer cannot be encoded as JSON", retryable=False)
         completion = Completion(
             run_id=ex.run.id,
             attempt=ex.run.attempt,
@@ -578,11 +688,46 @@ class Executor:
             termination_reason=reason,
         )
         # The slot is free once the handler is done: the next claim overlaps this write
-        # (the run stays running and fenced until the write lands, as before).
+        # (the run stays running and fenced until the write lands).
         self.inflight.hand_in(ex)
         if self.on_finished is not None:
             self.on_finished()
+        return completion
+
+    async def _complete(self, ex: Execution, value: Any, reason: TerminationReason) -> Outcome:
+        completion = await self._completion(ex, value, reason)
+        if isinstance(completion, Outcome):
+            return completion
         applied = await self._durable(ex, "complete", lambda: self.completer.complete(completion))
+        return self._written(ex, reason, applied)
+
+    async def _hand_in(
+        self, ex: Execution, value: Any, reason: TerminationReason
+    ) -> Outcome | None:
+        """Give the completion to the batching completer and return None: no task waits for
+        the write; ``_on_written`` finishes the run once the batch is decided."""
+        completion = await self._completion(ex, value, reason)
+        if isinstance(completion, Outcome):
+            return completion
+        self.completer.hand_in(completion, functools.partial(self._on_written, ex, reason))
+        return None
+
+    def _on_written(self, ex: Execution, reason: TerminationReason, result: WriteResult) -> None:
+        if isinstance(result, BaseException):
+            STORE_ERRORS.labels(service="executor").inc()
+            log.error(
+                "run.settle_failed",
+                verb="complete",
+                error=error_text(result),
+                **self._fields(ex.run),
+            )
+            outcome = self._written(ex, reason, None)
+        else:
+            outcome = self._written(ex, reason, result)
+        self._release(ex)
+        self._finished(ex, outcome)
+
+    def _written(self, ex: Execution, reason: TerminationReason, applied: bool | None) -> Outcome:
         if applied is None:
             return Outcome("unsettled", applied=False)
         if not applied:
@@ -649,6 +794,17 @@ class Executor:
         if not applied:
             return self._fenced(ex, "settle_cancelled")
         return Outcome("cancelled", TerminationReason.CANCELLED.value)
+
+
+async def _finish_before_cancel(call: Callable[[], Awaitable[T]]) -> T:
+    """Await a settle write that a cancel must not cut off halfway (the drain's stragglers):
+    a cancel arriving meanwhile is raised once the write has landed."""
+    write = asyncio.ensure_future(call())
+    try:
+        return await asyncio.shield(write)
+    except asyncio.CancelledError:
+        await asyncio.wait([write])
+        raise
 
 
 def _encodable(value: Any) -> bool:

@@ -82,8 +82,13 @@ class Pool:
         command_timeout: float,
         connect_timeout: float,
         application_name: str,
+        pooled: bool = False,
     ) -> None:
+        """``pooled``: behind PgBouncer in transaction mode, where a server-side prepared
+        statement may be gone (or belong to another client) by the next transaction, and
+        startup settings other than ``application_name`` are not passed on."""
         self.url = url
+        self._pooled = pooled
         self._min_size = min_size
         self._max_size = max_size
         self._command_timeout = command_timeout
@@ -126,21 +131,27 @@ class Pool:
                 command_timeout=self._command_timeout,
                 timeout=self._connect_timeout,
                 reset=_reset_connection,
-                server_settings={
-                    "application_name": self._application_name,
-                    # Queue statements are short OLTP; JIT compilation only adds latency.
-                    "jit": "off",
-                    # Plan each prepared statement once. Custom plans re-plan the claim on
-                    # every call (about a third of its cost), and only because a generic
-                    # plan cannot see LIMIT $n and over-estimates it; every statement here
-                    # is written to get the same index paths in its generic plan (primary
-                    # key probes via = ANY, literal LIMITs where they steer the plan; see
-                    # bench/CLAIM_EXPLAIN.md).
-                    "plan_cache_mode": "force_generic_plan",
-                },
+                statement_cache_size=0 if self._pooled else 100,
+                server_settings=self._server_settings(),
             )
         except CONNECT_ERRORS as e:
             raise self.unavailable(e) from e
+
+    def _server_settings(self) -> dict[str, str]:
+        if self._pooled:
+            return {"application_name": self._application_name}
+        return {
+            "application_name": self._application_name,
+            # Queue statements are short OLTP; JIT compilation only adds latency.
+            "jit": "off",
+            # Plan each prepared statement once. Custom plans re-plan the claim on
+            # every call (about a third of its cost), and only because a generic
+            # plan cannot see LIMIT $n and over-estimates it; every statement here
+            # is written to get the same index paths in its generic plan (primary
+            # key probes via = ANY, literal LIMITs where they steer the plan; see
+            # bench/CLAIM_EXPLAIN.md).
+            "plan_cache_mode": "force_generic_plan",
+        }
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None

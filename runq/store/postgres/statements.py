@@ -600,3 +600,10 @@ def list_jobs(
         f"LIMIT {int(limit)} OFFSET {int(offset)}"
     )
     return page, f"SELECT count(*) FROM {schema}.runs{where}"
+
+
+# -- bulk submit through binary COPY ---------------------------------------------------------
+
+#: The columns ``PostgresStore.submit_many`` copies into the run table, in record order: what
+#: the single submit's INSERT writes, with the transaction's clock filled in by the caller.
+SUBMIT_COPY_COLUMNS: tuple[str, ...] = tuple(c.strip() for c in _INSERT_COLUMNS.split(","))

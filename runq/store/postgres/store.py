@@ -7,6 +7,7 @@ error policy in ``connection``; this module binds parameters and maps rows.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,7 +53,9 @@ from runq.store.statements import check_schema
 __all__ = ["PostgresStore"]
 
 #: How many rows one submit_many statement carries; larger batches just take more statements.
-_BULK_CHUNK = 5000
+#: The claim path's own connections (opened on the first claim): one claimer per replica,
+#: plus one for a ``sync`` claim of a single run beside it.
+CLAIM_CONNECTIONS = 2
 #: How often submit re-runs after losing an idempotency race (the winner is then visible).
 _SUBMIT_ATTEMPTS = 3
 
@@ -101,8 +104,12 @@ class PostgresStore:
         connect_timeout: float = 10.0,
         migration_timeout: float = 3600.0,
         application_name: str = "runq",
+        pgbouncer: bool = False,
+        listen_url: str = "",
     ) -> None:
         self.url = url
+        self._pgbouncer = pgbouncer
+        self._listen_url = listen_url
         self.schema = check_schema(schema)
         self.clock_offset_seconds = 0.0
         self._sealer = sealer
@@ -114,7 +121,20 @@ class PostgresStore:
             command_timeout=command_timeout,
             connect_timeout=connect_timeout,
             application_name=application_name,
+            pooled=pgbouncer,
         )
+        # Claims on a connection of their own: a wake-up's claim never queues behind
+        # completion writes and heartbeats on the shared pool (the start-latency tail).
+        self._claims = Pool(
+            url,
+            min_size=1,
+            max_size=CLAIM_CONNECTIONS,
+            command_timeout=command_timeout,
+            connect_timeout=connect_timeout,
+            application_name=f"{application_name} claims",
+            pooled=pgbouncer,
+        )
+        self._claims_opening = asyncio.Lock()
         self._sql_offset = 0.0
         self._sql_cache = pg_sql.build(schema, 0.0)
 
@@ -142,11 +162,30 @@ class PostgresStore:
 
     # -- lifecycle ----------------------------------------------------------------------
 
+    @property
+    def listen_url(self) -> str | None:
+        """Where LISTEN connects: ``[store] listen_url``, else the store URL unless behind
+        PgBouncer (a pooled server connection cannot hold a LISTEN): None, poll only."""
+        if self._listen_url:
+            return self._listen_url
+        return None if self._pgbouncer else self.url
+
     async def connect(self) -> None:
         await self._db.connect()
 
+    async def _claim_pool(self) -> Pool:
+        # Opened on the first claim: a replica that serves only the API, and every CLI
+        # command, never holds these connections.
+        if not self._claims.connected:
+            async with self._claims_opening:
+                await self._claims.connect()
+        return self._claims
+
     async def close(self) -> None:
-        await self._db.close()
+        try:
+            await self._claims.close()
+        finally:
+            await self._db.close()
 
     async def migrate(self) -> int:
         """Apply pending migrations in one transaction under a per-schema advisory lock."""
@@ -227,22 +266,24 @@ class PostgresStore:
         ids = [n.id or new_run_id() for n in news]
         if not ids:
             return ids
-        # Column arrays for the unnest INSERT; every payload encoded and sealed up front.
-        columns = [
-            list(col)
-            for col in zip(
-                *(
-                    rows.insert_values(n, run_id, self._sealer, rows.encoded_payload(n))
-                    for run_id, n in zip(ids, news, strict=True)
-                ),
-                strict=True,
-            )
+        # Every payload encoded and sealed before any SQL, so a bad value writes nothing.
+        values = [
+            rows.insert_values(n, run_id, self._sealer, rows.encoded_payload(n))
+            for run_id, n in zip(ids, news, strict=True)
         ]
         try:
             async with self._db.transaction() as con:
-                for start in range(0, len(ids), _BULK_CHUNK):
-                    chunk = [col[start : start + _BULK_CHUNK] for col in columns]
-                    await con.execute(self._sql.submit_many, *chunk)
+                # One clock for the batch, the transaction's (what the INSERT would use);
+                # then binary COPY straight into the run table: no parameter arrays to
+                # build and unpack, and the unique index still refuses a taken
+                # idempotency key for the whole batch.
+                now: float = await con.fetchval(self._sql.now)
+                await con.copy_records_to_table(
+                    "runs",
+                    schema_name=self.schema,
+                    columns=pg_sql.SUBMIT_COPY_COLUMNS,
+                    records=[_copy_record(v, now) for v in values],
+                )
         except asyncpg.UniqueViolationError as e:
             raise Conflict(messages.bulk_refused(e)) from e
         return ids
@@ -307,17 +348,16 @@ class PostgresStore:
         if slots <= 0:
             return ClaimedRuns()
         sql = self._sql
+        claims = await self._claim_pool()
         rules = [serialize_sessions, *_blocked_params(blocked)]
         if run_id is not None:
-            found = await self._db.fetch(
+            found = await claims.fetch(
                 sql.claim_one, worker_id, run_id, *rules, deployment_id or ""
             )
         elif deployment_id:
-            found = await self._db.fetch(
-                sql.claim_affinity, worker_id, slots, *rules, deployment_id
-            )
+            found = await claims.fetch(sql.claim_affinity, worker_id, slots, *rules, deployment_id)
         else:
-            found = await self._db.fetch(sql.claim, worker_id, slots, *rules)
+            found = await claims.fetch(sql.claim, worker_id, slots, *rules)
         runs, broken = rows.open_claimed(rows.in_claim_order(found), self._sealer)
         if broken:
             # Given back, not left running: a replica holding the wrong keys must neither
@@ -572,5 +612,30 @@ class PostgresStore:
         return total
 
     async def run_ids_with_prefix(self, prefix: str, *, limit: int) -> list[str]:
-        rows = await self._db.fetch(self._sql.ids_with_prefix, prefix, max(limit, 1), retry=True)
-        return [row["id"] for row in rows]
+        found = await self._db.fetch(self._sql.ids_with_prefix, prefix, max(limit, 1), retry=True)
+        return [row["id"] for row in found]
+
+
+def _copy_record(v: rows.InsertValues, now: float) -> tuple[Any, ...]:
+    """One row for ``SUBMIT_COPY_COLUMNS``: queued, attempt 0, created and updated now."""
+    return (
+        v.id,
+        v.component_type,
+        v.component_id,
+        "queued",
+        0,
+        v.max_attempts,
+        v.priority,
+        v.session_id,
+        v.user_id,
+        v.actor,
+        v.configuration,
+        v.deployment_id,
+        v.idempotency_key,
+        v.origin,
+        now,
+        now,
+        now + v.delay,
+        v.has_request,
+        v.payload,
+    )
