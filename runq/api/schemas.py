@@ -60,6 +60,13 @@ class RunSubmission(Struct, kw_only=True, forbid_unknown_fields=True):
     delay_seconds: Annotated[float, Meta(ge=0, le=MAX_DELAY_SECONDS)] = 0.0
     #: False: follow the routing rule; on a ``sync`` route the run executes in the request.
     background: bool = True
+    #: Unique runs: while a run of this component with this key counts (its status is in
+    #: ``unique_states``, default all, and it is not final or was created within
+    #: ``unique_for_seconds``), the answer is that run with ``created: false``, whoever
+    #: submitted it.
+    unique_key: Annotated[str, Meta(min_length=1, max_length=200)] | None = None
+    unique_for_seconds: Annotated[float, Meta(ge=0, le=366 * 86400)] | None = None
+    unique_states: Annotated[list[Status], Meta(min_length=1, max_length=6)] | None = None
 
 
 class ContinueRequest(Struct, kw_only=True, forbid_unknown_fields=True):
@@ -74,6 +81,8 @@ class SubmitAccepted(Struct, kw_only=True):
     run_id: str
     session_id: str | None
     status: Status
+    #: False when an existing run was returned (idempotency key or unique key).
+    created: bool = True
     #: Only on 200 (executed inside the request), and only when the answer was kept.
     answer: Any | UnsetType = UNSET
     error: str | UnsetType | None = UNSET

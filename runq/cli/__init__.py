@@ -7,7 +7,7 @@ traceback appears only with ``--debug``.
 
 One module per concern: ``options`` (global options, errors, exit codes), ``render``
 (printing), ``serve`` (serve, migrate, work, reap, purge), ``submit`` (enqueue, defer),
-``status``, ``jobs`` and ``keys``.
+``status``, ``jobs``, ``keys`` and ``schedules``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import click
 
 from runq.cli.jobs import jobs
 from runq.cli.keys import keys
+from runq.cli.schedules import schedules
 from runq.cli.serve import migrate_cmd, purge_cmd, reap_cmd, serve_cmd, work_cmd
 from runq.cli.status import status_cmd
 from runq.cli.submit import defer_cmd, enqueue_cmd
@@ -38,6 +39,7 @@ for command in (
     status_cmd,
     jobs,
     keys,
+    schedules,
 ):
     cli.add_command(command)
 
