@@ -199,6 +199,8 @@ class Scheduler:
         if state.last_slot_at is not None:
             SCHEDULE_LAST_FIRE.labels(schedule=state.name).set(state.last_slot_at)
         if state.paused:
+            # +Inf: "not due", so an alert on an overdue next slot stays quiet while paused.
+            SCHEDULE_NEXT_FIRE.labels(schedule=state.name).set(float("inf"))
             return
         plan = plan_slots(schedule, cron, state.cursor_at, now)
         for slot in plan.fire:
