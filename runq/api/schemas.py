@@ -81,12 +81,12 @@ class SubmitAccepted(Struct, kw_only=True):
     run_id: str
     session_id: str | None
     status: Status
-    #: False when an existing run was returned (idempotency key or unique key).
-    created: bool = True
     #: Only on 200 (executed inside the request), and only when the answer was kept.
     answer: Any | UnsetType = UNSET
     error: str | UnsetType | None = UNSET
     termination_reason: TerminationReason | UnsetType | None = UNSET
+    #: False when an existing run was returned (idempotency key or unique key).
+    created: bool = True
 
 
 class RunOut(Struct, kw_only=True):

@@ -211,6 +211,10 @@ class Scheduler:
             log.warning("schedule.missed", schedule=state.name, dropped=plan.dropped)
         if plan.cursor > state.cursor_at:
             await self.store.advance_schedule_cursor(state.name, plan.cursor)
+            # Slot rows are history once behind the cursor; keep them as long as runs.
+            await self.store.prune_schedule_slots(
+                state.name, before=now - self.config.queue.retention_seconds
+            )
         next_at = cron.next_after(max(plan.cursor, now))
         SCHEDULE_NEXT_FIRE.labels(schedule=state.name).set(next_at)
         wait = max(next_at - now, 0.0)

@@ -270,3 +270,7 @@ class Store(Protocol):
     ) -> list[tuple[float, str | None]]:
         """The newest ``limit`` recorded slots of a schedule: (slot time, run id or None
         when the slot was skipped by the overlap rule), newest first."""
+
+    async def prune_schedule_slots(self, name: str, *, before: float) -> int:
+        """Delete the schedule's slot rows older than ``before``; returns how many. Slots
+        behind the cursor are never fired again, so old rows are history only."""

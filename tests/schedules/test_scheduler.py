@@ -123,9 +123,10 @@ async def test_dst_transitions_on_the_database_clock(runq_setup: RunqSetup) -> N
     """The same rules through the store: the database clock moved across both
     transitions of a year in Europe/Berlin, catch-up "all" so every slot is kept."""
     config = {
+        "queue": {"retention_seconds": 366 * 86400},  # keep every slot row of the year
         "schedules": [
             schedule(cron="30 2 * * *", timezone="Europe/Berlin", catch_up="all", catch_up_max=100)
-        ]
+        ],
     }
     async with runq_setup.queue(config) as q:
         scheduler = Scheduler(q.store, q.config)
@@ -191,3 +192,17 @@ async def test_pause_holds_every_replica_and_resume_does_not_catch_up(
         assert [(await r.run_once()).fired for r in replicas] == [0, 0]  # no catch-up
         await move_clock_to(q.store, start + 631)
         assert sum([(await r.run_once()).fired for r in replicas]) == 1
+
+
+async def test_slot_rows_are_kept_as_long_as_runs(runq_setup: RunqSetup) -> None:
+    config = {"queue": {"retention_seconds": 120}, "schedules": [schedule(catch_up="none")]}
+    async with runq_setup.queue(config) as q:
+        start = (await q.store.now() // 60) * 60 + 30
+        await move_clock_to(q.store, start)
+        scheduler = Scheduler(q.store, q.config)
+        await scheduler.run_once()
+        for minute in range(4):  # a second after each of the next four slots
+            await move_clock_to(q.store, start + 30 + minute * 60 + 1)
+            assert (await scheduler.run_once()).fired == 1
+        # Slots at start+30, +90, +150, +210; now is start+211: rows older than 120 s go.
+        assert [s for s, _ in await slots_of(q.store)] == [start + 150, start + 210]

@@ -611,6 +611,7 @@ class ScheduleStatements:
     unique_lock: str
     unique_set: str
     recent_slots: str
+    prune_slots: str
 
 
 def _fire_slot_sql(s: str, now: str) -> str:
@@ -707,4 +708,8 @@ def build_schedules(schema: str, offset: float) -> ScheduleStatements:
         recent_slots=f"""
             SELECT slot_at, run_id FROM {s}.schedule_slots WHERE schedule = $1
             ORDER BY slot_at DESC LIMIT $2""",
+        prune_slots=f"""
+            WITH d AS (DELETE FROM {s}.schedule_slots WHERE schedule = $1 AND slot_at < $2
+                       RETURNING 1)
+            SELECT count(*) FROM d""",
     )

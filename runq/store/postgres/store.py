@@ -643,3 +643,7 @@ class PostgresStore:
     ) -> list[tuple[float, str | None]]:
         found = await self._db.fetch(self._schedule_sql.recent_slots, name, limit, retry=True)
         return [(r["slot_at"], r["run_id"]) for r in found]
+
+    async def prune_schedule_slots(self, name: str, *, before: float) -> int:
+        deleted: int = await self._db.fetchval(self._schedule_sql.prune_slots, name, before)
+        return deleted

@@ -447,6 +447,7 @@ class ScheduleStatements:
     unique_get: str
     unique_set: str
     recent_slots: str
+    prune_slots: str
 
 
 def build_schedules(schema: str) -> ScheduleStatements:
@@ -504,4 +505,5 @@ def build_schedules(schema: str) -> ScheduleStatements:
             f"SELECT slot_at, run_id FROM {slots} WHERE schedule = :name"
             " ORDER BY slot_at DESC LIMIT :limit"
         ),
+        prune_slots=f"DELETE FROM {slots} WHERE schedule = :name AND slot_at < :before",
     )

@@ -694,5 +694,14 @@ class SqliteStore:
 
         return await self._read(body)
 
+    async def prune_schedule_slots(self, name: str, *, before: float) -> int:
+        q = self._schedule_sql.prune_slots
+
+        def body(conn: sqlite3.Connection, now: float) -> int:
+            deleted: int = conn.execute(q, {"name": name, "before": before}).rowcount
+            return deleted
+
+        return await self._write(body)
+
 
 __all__ = ["SqliteStore"]
