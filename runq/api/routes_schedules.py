@@ -27,7 +27,7 @@ ScheduleName = Annotated[str, Parameter(description="The schedule's name in [[sc
         "slot due, the latest slot recorded and the run it made (null when the overlap rule "
         "skipped it). Times are epoch seconds."
     ),
-    responses=error_responses(401, 403),
+    responses=error_responses(400, 401, 403),
 )
 async def list_schedules(services: Services) -> list[ScheduleView]:
     return await schedule_views(services.queue.store, services.config)
@@ -38,7 +38,7 @@ async def list_schedules(services: Services) -> list[ScheduleView]:
     status_code=200,
     summary="Pause a schedule fleet-wide",
     description="No replica fires it until resumed; runs it already made are untouched.",
-    responses=error_responses(401, 403, 404),
+    responses=error_responses(400, 401, 403, 404),
 )
 async def pause_schedule(name: ScheduleName, services: Services) -> ScheduleView:
     return await set_schedule_paused(services.queue.store, services.config, name, paused=True)
@@ -49,7 +49,7 @@ async def pause_schedule(name: ScheduleName, services: Services) -> ScheduleView
     status_code=200,
     summary="Resume a schedule",
     description="It fires again from its next slot; slots inside the pause do not fire.",
-    responses=error_responses(401, 403, 404),
+    responses=error_responses(400, 401, 403, 404),
 )
 async def resume_schedule(name: ScheduleName, services: Services) -> ScheduleView:
     return await set_schedule_paused(services.queue.store, services.config, name, paused=False)
