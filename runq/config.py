@@ -20,6 +20,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
+from croniter import croniter
 
 from runq.errors import ConfigError
 from runq.model import COMPONENT_TYPES
@@ -31,6 +32,9 @@ JWT_ALGORITHMS = ("HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "ES256",
 BUDGET_SCOPES = ("user", "configuration", "both")
 BUDGET_PERIODS = ("day", "month")
 COMPONENT_KINDS = ("http", "openai-chat")
+SCHEDULE_OVERLAPS = ("allow", "skip")
+SCHEDULE_CATCH_UPS = ("latest", "none", "all")
+_SCHEDULE_NAME_RE = re.compile(r"^[A-Za-z0-9][\w.\-]{0,99}$")
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _HANDLER_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _SECRET_REF_RE = re.compile(r"^(env:[A-Za-z_]\w*|file:.+)$")
@@ -157,6 +161,40 @@ class PrivacyConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     redacted_max_chars: int = 4000
 
 
+class ScheduleConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One ``[[schedules]]`` entry: submit a run of ``component`` at every cron slot."""
+
+    name: str
+    #: Five fields (minute precision) or six with seconds first.
+    cron: str
+    component: str
+    timezone: str = "UTC"
+    payload: Any = None
+    priority: int = 0
+    max_attempts: int | None = None
+    deployment_id: str = ""
+    #: "skip": no run for a slot while the schedule's previous run is not final.
+    overlap: str = "allow"
+    #: Slots missed by more than ``grace_seconds`` (the fleet was down): "latest" fires the
+    #: most recent one, "none" drops them, "all" fires up to ``catch_up_max`` of them.
+    catch_up: str = "latest"
+    catch_up_max: int = 10
+    #: A slot this late still counts as on time and fires whatever ``catch_up`` says.
+    grace_seconds: float = 10.0
+
+    @property
+    def has_seconds(self) -> bool:
+        return len(self.cron.split()) == 6
+
+    @property
+    def component_type(self) -> str:
+        return self.component.partition("/")[0]
+
+    @property
+    def component_id(self) -> str:
+        return self.component.partition("/")[2]
+
+
 class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     store: StoreConfig = StoreConfig()
     queue: QueueConfig = QueueConfig()
@@ -168,13 +206,14 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     privacy: PrivacyConfig = PrivacyConfig()
     routing: dict[str, str] = {}
     components: dict[str, str | dict[str, Any]] = {}
+    schedules: tuple[ScheduleConfig, ...] = ()
 
     def with_store_url(self, url: str) -> Config:
         return msgspec.structs.replace(self, store=msgspec.structs.replace(self.store, url=url))
 
 
 #: Sections whose keys are free-form (maps), not fixed fields.
-_FREE_SECTIONS = frozenset({"routing", "components"})
+_FREE_SECTIONS = frozenset({"routing", "components", "schedules"})
 
 
 def _struct_fields(struct_type: type[msgspec.Struct]) -> dict[str, Any]:
@@ -205,6 +244,12 @@ def _check_unknown_keys(data: Mapping[str, Any]) -> None:
         if name not in sections:
             raise ConfigError(name, f"unknown section{_suggest(name, top)}")
         struct = sections[name]
+        if name == "schedules" and isinstance(value, list):
+            # An array of tables: each entry is checked against ScheduleConfig by index.
+            for i, entry in enumerate(value):
+                if isinstance(entry, Mapping):
+                    _check_table(f"schedules[{i}]", entry, ScheduleConfig)
+            continue
         if struct is None:
             _check_free_section(name, value)
             continue
@@ -418,6 +463,7 @@ def validate(config: Config) -> None:
     _require(p.redacted_max_chars >= 16, "privacy.redacted_max_chars", "must be at least 16")
     _validate_routing(config)
     _validate_components(config.components)
+    _validate_schedules(config.schedules)
 
 
 def _validate_finite(config: Config) -> None:
@@ -607,3 +653,63 @@ def _validate_components(components: Mapping[str, Any]) -> None:
                 f"{key}.kind",
                 f"{kind!r} is not one of {', '.join(COMPONENT_KINDS)}",
             )
+
+
+def _validate_schedules(schedules: tuple[ScheduleConfig, ...]) -> None:
+    """Each ``[[schedules]]`` entry on its own; whether its component exists is checked at
+    start, where the component registry is known."""
+    seen: set[str] = set()
+    for i, sch in enumerate(schedules):
+        key = f"schedules[{i}]"
+        _require(
+            bool(_SCHEDULE_NAME_RE.match(sch.name)),
+            f"{key}.name",
+            f"{sch.name[:100]!r} must be 1-100 letters, digits, '_', '-' or '.'",
+        )
+        _require(sch.name not in seen, f"{key}.name", f"{sch.name!r} is used twice")
+        seen.add(sch.name)
+        fields = len(sch.cron.split())
+        _require(
+            fields in (5, 6) and croniter.is_valid(sch.cron, second_at_beginning=fields == 6),
+            f"{key}.cron",
+            f"{sch.cron[:100]!r} is not a cron expression of five fields"
+            " (or six with seconds first)",
+        )
+        try:
+            ZoneInfo(sch.timezone)
+        except (ZoneInfoNotFoundError, ValueError) as e:
+            raise ConfigError(
+                f"{key}.timezone", f"{sch.timezone[:100]!r} is not a known IANA time zone"
+            ) from e
+        ctype, sep, cid = sch.component.partition("/")
+        _require(
+            bool(sep and cid) and ctype in COMPONENT_TYPES,
+            f"{key}.component",
+            f"a component is 'type/id' with type one of {', '.join(sorted(COMPONENT_TYPES))}",
+        )
+        _require(
+            sch.overlap in SCHEDULE_OVERLAPS,
+            f"{key}.overlap",
+            f"{sch.overlap!r} is not one of {', '.join(SCHEDULE_OVERLAPS)}",
+        )
+        _require(
+            sch.catch_up in SCHEDULE_CATCH_UPS,
+            f"{key}.catch_up",
+            f"{sch.catch_up!r} is not one of {', '.join(SCHEDULE_CATCH_UPS)}",
+        )
+        _require(1 <= sch.catch_up_max <= 1000, f"{key}.catch_up_max", "must be between 1 and 1000")
+        _require(
+            # Below a second, a pass that is a little late would count an on-time slot
+            # as missed.
+            math.isfinite(sch.grace_seconds) and sch.grace_seconds >= 1,
+            f"{key}.grace_seconds",
+            "must be a finite number >= 1",
+        )
+        _require(
+            sch.max_attempts is None or sch.max_attempts >= 1,
+            f"{key}.max_attempts",
+            "must be >= 1",
+        )
+        _require(
+            len(sch.deployment_id) <= 200, f"{key}.deployment_id", "must be at most 200 characters"
+        )

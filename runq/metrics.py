@@ -97,3 +97,33 @@ STORE_ERRORS = Counter(
     ["service"],
     registry=REGISTRY,
 )
+SCHEDULE_FIRED = Counter(
+    "runq_schedule_fired_total",
+    "Schedule slots this process fired (made a run for).",
+    ["schedule"],
+    registry=REGISTRY,
+)
+SCHEDULE_SKIPPED = Counter(
+    "runq_schedule_skipped_total",
+    "Schedule slots recorded without a run: the previous run was not final (overlap = skip).",
+    ["schedule"],
+    registry=REGISTRY,
+)
+SCHEDULE_MISSED = Counter(
+    "runq_schedule_missed_total",
+    "Schedule slots missed by more than their grace and dropped by the catch-up rule.",
+    ["schedule"],
+    registry=REGISTRY,
+)
+SCHEDULE_LAST_FIRE = Gauge(
+    "runq_schedule_last_fire_timestamp_seconds",
+    "The slot time of the schedule's latest recorded slot (any replica), epoch seconds.",
+    ["schedule"],
+    registry=REGISTRY,
+)
+SCHEDULE_NEXT_FIRE = Gauge(
+    "runq_schedule_next_fire_timestamp_seconds",
+    "When the schedule's next slot is due, epoch seconds (database clock).",
+    ["schedule"],
+    registry=REGISTRY,
+)

@@ -117,6 +117,8 @@ class NewRun(msgspec.Struct, kw_only=True):
     save_request: bool = True
     #: Set by the caller for tests and imports; normally generated.
     id: str | None = None
+    #: Unique runs: at most one run per (component, key) counts at a time, fleet-wide.
+    unique: UniqueSpec | None = None
 
 
 class Run(msgspec.Struct, kw_only=True):
@@ -410,3 +412,44 @@ def retry_delay(attempt: int, base_seconds: float, rand: float) -> float:
     """Full-jitter backoff: uniform(0, min(base · 2^(attempt-1), 10 · base)). ``rand`` in [0, 1)."""
     ceiling = min(base_seconds * 2.0 ** max(attempt - 1, 0), 10 * base_seconds)
     return rand * ceiling
+
+
+# -- schedules and unique runs ---------------------------------------------------------------
+
+
+class UniqueSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A submission's uniqueness: an existing run with the same component and ``key`` is
+    returned instead of a new one when its status is in ``states`` and it is not final or
+    was created within the last ``for_seconds``."""
+
+    key: str
+    for_seconds: float
+    states: frozenset[Status] = frozenset(Status)
+
+    def holds(self, status: Status, created_at: float, now: float) -> bool:
+        """True when an existing run in ``status`` created at ``created_at`` still counts."""
+        if status not in self.states:
+            return False
+        return status not in FINAL_STATUSES or created_at > now - self.for_seconds
+
+
+class ScheduleState(msgspec.Struct, frozen=True, kw_only=True):
+    """What the fleet agrees on about one schedule (its database row)."""
+
+    name: str
+    paused: bool
+    paused_at: float | None
+    #: Slots at or before this were handled (fired, skipped or dropped by the catch-up rule).
+    cursor_at: float
+    last_slot_at: float | None
+    last_fire_at: float | None
+    last_run_id: str | None
+
+
+class SlotFire(msgspec.Struct, frozen=True, kw_only=True):
+    """The outcome of one attempt to fire a slot."""
+
+    #: This call recorded the slot (False: another replica had, or the schedule is unknown).
+    recorded: bool
+    #: The run made for the slot by this call (None when not recorded or skipped by overlap).
+    run_id: str | None

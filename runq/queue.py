@@ -36,6 +36,7 @@ from runq.model import (
     Stats,
     Status,
     SubmitResult,
+    UniqueSpec,
 )
 from runq.store import open_store
 from runq.store.base import Store
@@ -49,6 +50,36 @@ from runq.worker.registry import new_worker_id
 from runq.worker.runtime import WorkerRuntime
 
 log = get_logger(__name__)
+
+#: Unique keys are compared as given; this bounds what a caller can make the database index.
+MAX_UNIQUE_KEY_CHARS = 200
+#: The longest uniqueness window accepted (a year).
+MAX_UNIQUE_FOR_SECONDS = 366 * 86400.0
+
+
+def unique_spec(
+    key: str | None, for_seconds: float | None, states: Sequence[Status | str] | None
+) -> UniqueSpec | None:
+    """The uniqueness of a submission, validated (``BadRequest`` names the bad option)."""
+    if key is None:
+        if for_seconds is not None or states is not None:
+            raise BadRequest("unique_for_seconds and unique_states need unique_key")
+        return None
+    if not key or len(key) > MAX_UNIQUE_KEY_CHARS:
+        raise BadRequest(f"unique_key must be 1-{MAX_UNIQUE_KEY_CHARS} characters")
+    window = 0.0 if for_seconds is None else float(for_seconds)
+    if not 0 <= window <= MAX_UNIQUE_FOR_SECONDS:  # also refuses NaN
+        raise BadRequest(f"unique_for_seconds must be between 0 and {MAX_UNIQUE_FOR_SECONDS:g}")
+    if states is None:
+        return UniqueSpec(key=key, for_seconds=window)
+    try:
+        chosen = frozenset(Status(s) for s in states)
+    except ValueError as e:
+        known = ", ".join(s.value for s in Status)
+        raise BadRequest(f"unique_states: {e}; known: {known}") from e
+    if not chosen:
+        raise BadRequest("unique_states must name at least one status")
+    return UniqueSpec(key=key, for_seconds=window, states=chosen)
 
 
 class Queue:
@@ -167,9 +198,17 @@ class Queue:
         delay_seconds: float = 0.0,
         origin: str = "python",
         save_request: bool = True,
+        unique_key: str | None = None,
+        unique_for_seconds: float | None = None,
+        unique_states: Sequence[Status | str] | None = None,
     ) -> NewRun:
         """A ``NewRun`` with this queue's defaults (``max_attempts``, this replica's
-        ``deployment_id``), validated."""
+        ``deployment_id``), validated.
+
+        ``unique_key``: while a run of the same component with this key exists in one of
+        ``unique_states`` (default: every status) and is either not final or was created
+        within the last ``unique_for_seconds``, a submission returns that run with
+        ``created = False`` instead of a new one, for every user and replica."""
         self._check_component(component_type, component_id)
         if max_attempts is not None and max_attempts < 1:
             raise BadRequest("max_attempts must be >= 1")
@@ -189,6 +228,7 @@ class Queue:
             delay_seconds=delay_seconds,
             origin=origin,
             save_request=save_request,
+            unique=unique_spec(unique_key, unique_for_seconds, unique_states),
         )
 
     def _check_component(self, component_type: str, component_id: str) -> None:

@@ -26,6 +26,7 @@ from runq.api.routes_bulk import bulk_router
 from runq.api.routes_health import health_handlers
 from runq.api.routes_queue import queue_router
 from runq.api.routes_runs import runs_router
+from runq.api.routes_schedules import schedules_router
 
 #: Where the generated OpenAPI document is served: ``/schema/openapi.json``.
 OPENAPI_PATH = "/schema"
@@ -48,6 +49,7 @@ def create_app(
             runs_router(secured=secured),
             queue_router(secured=secured),
             bulk_router(secured=secured),
+            schedules_router(secured=secured),
             *health_handlers,
             *extra_routes,
         ],

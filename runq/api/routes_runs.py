@@ -76,7 +76,8 @@ async def submit_run(
     new = _new_run(data, identity, key, services)
     result, executed = await queue.submit(new, background=data.background)
     inline = not data.background and queue.route(data.component_type, data.component_id) == "sync"
-    return _submit_response(result, executed, inline=inline)
+    own = result.created or result.run.user_id == identity.actor.user_id
+    return _submit_response(result, executed, inline=inline, own=own)
 
 
 def _checked_idempotency_key(raw: str | None) -> str | None:
@@ -138,6 +139,9 @@ def _new_run(
         priority=_checked_priority(data.priority, identity, services),
         delay_seconds=data.delay_seconds,
         origin="http",
+        unique_key=data.unique_key,
+        unique_for_seconds=data.unique_for_seconds,
+        unique_states=data.unique_states,
     )
     if data.deployment_id == "":
         # An explicit "" means "no deployment" (any worker), as in the config key; only an
@@ -147,14 +151,21 @@ def _new_run(
 
 
 def _submit_response(
-    result: SubmitResult, executed: Run | None, *, inline: bool
+    result: SubmitResult, executed: Run | None, *, inline: bool, own: bool = True
 ) -> Response[SubmitAccepted]:
+    """``own``: the run is the submitter's; a unique key may answer another user's run,
+    whose session and outcome are then not shown."""
     run = executed if executed is not None else result.run
-    body = SubmitAccepted(run_id=run.id, session_id=run.session_id, status=run.status)
+    body = SubmitAccepted(
+        run_id=run.id,
+        session_id=run.session_id if own else None,
+        status=run.status,
+        created=result.created,
+    )
     headers = {"Location": f"/runs/{run.id}"}
     if not result.created:
         headers["Idempotent-Replayed"] = "true"
-    if inline and run.is_final:
+    if inline and run.is_final and own:
         # The submitter is the run's own user (idempotency keys are per user), so the
         # answer it kept is theirs to read.
         body.answer = run.answer

@@ -60,6 +60,13 @@ class RunSubmission(Struct, kw_only=True, forbid_unknown_fields=True):
     delay_seconds: Annotated[float, Meta(ge=0, le=MAX_DELAY_SECONDS)] = 0.0
     #: False: follow the routing rule; on a ``sync`` route the run executes in the request.
     background: bool = True
+    #: Unique runs: while a run of this component with this key counts (its status is in
+    #: ``unique_states``, default all, and it is not final or was created within
+    #: ``unique_for_seconds``), the answer is that run with ``created: false``, whoever
+    #: submitted it.
+    unique_key: Annotated[str, Meta(min_length=1, max_length=200)] | None = None
+    unique_for_seconds: Annotated[float, Meta(ge=0, le=366 * 86400)] | None = None
+    unique_states: Annotated[list[Status], Meta(min_length=1, max_length=6)] | None = None
 
 
 class ContinueRequest(Struct, kw_only=True, forbid_unknown_fields=True):
@@ -78,6 +85,8 @@ class SubmitAccepted(Struct, kw_only=True):
     answer: Any | UnsetType = UNSET
     error: str | UnsetType | None = UNSET
     termination_reason: TerminationReason | UnsetType | None = UNSET
+    #: False when an existing run was returned (idempotency key or unique key).
+    created: bool = True
 
 
 class RunOut(Struct, kw_only=True):

@@ -7,7 +7,7 @@ prints one line and exits 1; a traceback appears only with ``--debug``.
 
 One module per concern: ``options`` (global options, errors, exit codes), ``render``
 (printing), ``serve`` (serve, migrate, work, reap, purge), ``submit`` (enqueue, defer),
-``status``, ``jobs`` (run ids: ``ids``) and ``keys``.
+``status``, ``jobs`` (run ids: ``ids``), ``keys`` and ``schedules``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import click
 from runq.cli.jobs import jobs
 from runq.cli.keys import keys
 from runq.cli.options import GlobalOptions, shared_options
+from runq.cli.schedules import schedules
 from runq.cli.serve import migrate_cmd, purge_cmd, reap_cmd, serve_cmd, work_cmd
 from runq.cli.status import status_cmd
 from runq.cli.submit import defer_cmd, enqueue_cmd
@@ -54,6 +55,7 @@ for command in (
     status_cmd,
     jobs,
     keys,
+    schedules,
 ):
     cli.add_command(command)
 

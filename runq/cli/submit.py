@@ -25,6 +25,18 @@ def submit_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             "--priority", type=int, default=0, show_default=True, help="Lower runs first."
         ),
         click.option("--delay", type=click.FloatRange(min=0), default=0.0, help="Seconds."),
+        click.option(
+            "--unique-key", default=None, help="At most one counting run per component and key."
+        ),
+        click.option(
+            "--unique-for", type=float, default=None, help="Seconds a final run still counts."
+        ),
+        click.option(
+            "--unique-state",
+            "unique_states",
+            multiple=True,
+            help="Statuses that count (repeat; default: all).",
+        ),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -50,6 +62,9 @@ def _submit(cli_ctx: CliContext, background: bool, **opts: Any) -> None:
                 priority=opts["priority"],
                 delay_seconds=opts["delay"],
                 origin="cli",
+                unique_key=opts["unique_key"],
+                unique_for_seconds=opts["unique_for"],
+                unique_states=opts["unique_states"] or None,
             )
             result, run = await q.submit(new, background=background)
             final: Run = run if run is not None else result.run

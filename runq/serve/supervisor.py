@@ -1,9 +1,9 @@
 """``runq serve``: one process whose supervisor hosts every service in anyio task groups.
 
-Started in order: the store (migrated), the worker registry, heartbeats, the completer,
-the reaper, retention and registry-prune loops, the postgres listener, the claimers (in
-their own executions group), the HTTP API, the event-loop-lag sampler and the systemd
-watchdog. ``READY=1`` goes out once migrations ran and the first claim pass happened.
+Started in order: the store (migrated), the scheduler, the worker registry, heartbeats, the
+completer, the reaper, retention and registry-prune loops, the postgres listener, the
+claimers (in their own executions group), the HTTP API, the event-loop-lag sampler and the
+systemd watchdog. ``READY=1`` goes out once migrations ran and the first claim pass happened.
 
 Signals only set flags (uvicorn's pattern): the first SIGTERM/SIGINT starts the drain,
 a second one stops at once. The drain: ``STOPPING=1``; stop claiming; give
@@ -32,6 +32,7 @@ from runq.config import Config
 from runq.log import get_logger
 from runq.maintenance.reaper import Reaper, ReaperConfig
 from runq.maintenance.retention import Retention, RetentionConfig
+from runq.maintenance.scheduler import Scheduler, check_schedule_components
 from runq.maintenance.service import run_periodically
 from runq.metrics import EVENT_LOOP_LAG
 from runq.queue import Queue
@@ -100,6 +101,7 @@ class Supervisor:
             worker_id=self.runtime.worker_id,
         )
         self.exporter = Exporter(self.store, ExporterConfig.from_config(config))
+        self.scheduler = Scheduler(self.store, config)
         self.listener: Listener | None = None
         self._stop_requested = anyio.Event()
         self._hard_stop = False
@@ -169,6 +171,7 @@ class Supervisor:
         http = self._prepare_http()
         services.start_soon(self._sample_loop_lag)
         services.start_soon(self.systemd.watchdog_loop)
+        services.start_soon(self.scheduler.run)  # every replica; the database picks one per slot
         if not self.worker_enabled:
             await self._start_http(services, http)
             self._ready()
@@ -354,6 +357,7 @@ async def serve(config: Config, *, on_ready: Callable[[], None] | None = None) -
     is called once the daemon is ready."""
     components = ComponentRegistry.from_config(config.components)
     try:
+        check_schedule_components(config, components)
         async with AsyncExitStack() as stack:
             queue = await stack.enter_async_context(
                 Queue.open(config=config, migrate=True, components=components)

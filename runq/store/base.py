@@ -29,6 +29,8 @@ from runq.model import (
     QueueHealth,
     ReapReport,
     Run,
+    ScheduleState,
+    SlotFire,
     Stats,
     Status,
     SubmitResult,
@@ -245,3 +247,35 @@ class Store(Protocol):
         """Up to ``limit`` run ids that start with ``prefix``, in id order: how the CLI
         turns a pasted prefix into one run (as git does with commit ids). Meant for an
         operator's one-off lookup, after an exact ``get`` missed."""
+
+    # -- schedules ---------------------------------------------------------------------
+
+    async def schedule_states(self, names: Sequence[str]) -> tuple[float, list[ScheduleState]]:
+        """The database clock and the state of each named schedule; a name seen for the
+        first time gets a row whose cursor is now (a new schedule never fires for the past)."""
+
+    async def fire_schedule_slot(
+        self, name: str, slot_at: float, new: NewRun, *, skip_if_running: bool
+    ) -> SlotFire:
+        """Record slot ``slot_at`` of schedule ``name`` and insert ``new`` as its run, in one
+        transaction. The slot's primary key makes this happen once across the fleet: a
+        second call for the same slot records nothing and inserts nothing. With
+        ``skip_if_running``, when the schedule's previous run is not final the slot is
+        recorded without a run. Moves the schedule's cursor to the slot."""
+
+    async def advance_schedule_cursor(self, name: str, cursor_at: float) -> None:
+        """Mark every slot up to ``cursor_at`` handled (only ever forward)."""
+
+    async def set_schedule_paused(self, name: str, paused: bool) -> ScheduleState:
+        """Pause or resume fleet-wide; resuming moves the cursor to now, so slots that fell
+        inside the pause do not fire."""
+
+    async def recent_schedule_slots(
+        self, name: str, *, limit: int
+    ) -> list[tuple[float, str | None]]:
+        """The newest ``limit`` recorded slots of a schedule: (slot time, run id or None
+        when the slot was skipped by the overlap rule), newest first."""
+
+    async def prune_schedule_slots(self, name: str, *, before: float) -> int:
+        """Delete the schedule's slot rows older than ``before``; returns how many. Slots
+        behind the cursor are never fired again, so old rows are history only."""

@@ -26,6 +26,7 @@ from runq.model import (
     NewRun,
     Resume,
     Run,
+    ScheduleState,
     Status,
     TerminationReason,
     WorkerInfo,
@@ -322,4 +323,17 @@ def requeue_is_too_soon(run: RowLike, *, now: float, force: bool, grace: float) 
         and not force
         and completed_at is not None
         and completed_at > now - grace
+    )
+
+
+def schedule_state(row: Any) -> ScheduleState:
+    """A schedules row (either engine) as a ``ScheduleState``."""
+    return ScheduleState(
+        name=row["name"],
+        paused=bool(row["paused"]),
+        paused_at=row["paused_at"],
+        cursor_at=row["cursor_at"],
+        last_slot_at=row["last_slot_at"],
+        last_fire_at=row["last_fire_at"],
+        last_run_id=row["last_run_id"],
     )

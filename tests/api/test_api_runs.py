@@ -55,7 +55,8 @@ async def test_submit_read_and_idempotency(serve_factory: ServeFactory) -> None:
     )
     assert response.status_code == 202, response.text
     accepted = response.json()
-    assert set(accepted) == {"run_id", "session_id", "status"}
+    assert set(accepted) == {"run_id", "session_id", "status", "created"}
+    assert accepted["created"] is True
     assert accepted["session_id"] == "s-1"
     assert accepted["status"] == "queued"
     assert response.headers["location"] == f"/runs/{accepted['run_id']}"

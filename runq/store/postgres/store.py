@@ -35,6 +35,8 @@ from runq.model import (
     QueueHealth,
     ReapReport,
     Run,
+    ScheduleState,
+    SlotFire,
     Stats,
     Status,
     SubmitResult,
@@ -236,9 +238,18 @@ class PostgresStore:
         # Encode before any SQL: a value that is not JSON raises InvalidPayload, nothing written.
         values = rows.insert_values(new, run_id, self._sealer, rows.encoded_payload(new))
         args = (*values, max(max_queue_depth, 0), self.channel if wake else None)
+        if new.unique is not None:
+            return await self._submit_unique(new, args, max_queue_depth)
+        return await self._submit_row(new, args, max_queue_depth, self._db)
+
+    async def _submit_row(
+        self, new: NewRun, args: Sequence[Any], max_queue_depth: int, db: Any
+    ) -> SubmitResult:
+        """The submit statement on ``db`` (the pool, or a connection inside a transaction)."""
+        run_id = args[0]
         for _ in range(_SUBMIT_ATTEMPTS):
             try:
-                row = await self._db.fetchrow(self._sql.submit, *args)
+                row = await db.fetchrow(self._sql.submit, *args)
             except asyncpg.UniqueViolationError as e:  # the primary key: an explicit id reused
                 raise Conflict(messages.run_exists(run_id)) from e
             if row["id"] is not None:
@@ -614,6 +625,72 @@ class PostgresStore:
     async def run_ids_with_prefix(self, prefix: str, *, limit: int) -> list[str]:
         found = await self._db.fetch(self._sql.ids_with_prefix, prefix, max(limit, 1), retry=True)
         return [row["id"] for row in found]
+
+    # -- schedules and unique runs ----------------------------------------------------------
+
+    @property
+    def _schedule_sql(self) -> pg_sql.ScheduleStatements:
+        offset = self.clock_offset_seconds
+        if self._schedule_cache is None or self._schedule_cache[0] != offset:
+            self._schedule_cache = (offset, pg_sql.build_schedules(self.schema, offset))
+        return self._schedule_cache[1]
+
+    _schedule_cache: tuple[float, pg_sql.ScheduleStatements] | None = None
+
+    async def _submit_unique(
+        self, new: NewRun, args: Sequence[Any], max_queue_depth: int
+    ) -> SubmitResult:
+        """Submit under the unique key's lock row: the first of concurrent submitters of a
+        key inserts, the others wait for its commit and then find its run."""
+        assert new.unique is not None
+        component = f"{new.component_type}/{new.component_id}"
+        sql = self._schedule_sql
+        async with self._db.transaction() as con:
+            lock = await con.fetchrow(sql.unique_lock, component, new.unique.key)
+            if lock["run_id"] is not None:
+                row = await con.fetchrow(self._sql.get, lock["run_id"])
+                if row is not None and new.unique.holds(
+                    Status(row["status"]), row["created_at"], lock["db_now"]
+                ):
+                    return SubmitResult(self._run(row), False)
+            result = await self._submit_row(new, args, max_queue_depth, con)
+            if result.created:
+                await con.execute(sql.unique_set, component, new.unique.key, result.run.id)
+            return result
+
+    async def schedule_states(self, names: Sequence[str]) -> tuple[float, list[ScheduleState]]:
+        if not names:
+            return await self.now(), []
+        found = await self._db.fetch(self._schedule_sql.schedule_states, list(names))
+        now = found[0]["db_now"] if found else await self.now()
+        return now, [rows.schedule_state(r) for r in found]
+
+    async def fire_schedule_slot(
+        self, name: str, slot_at: float, new: NewRun, *, skip_if_running: bool
+    ) -> SlotFire:
+        run_id = new.id or new_run_id()
+        values = rows.insert_values(new, run_id, self._sealer, rows.encoded_payload(new))
+        row = await self._db.fetchrow(
+            self._schedule_sql.fire_slot, name, slot_at, skip_if_running, *values
+        )
+        return SlotFire(recorded=row["recorded"] > 0, run_id=row["run_id"])
+
+    async def advance_schedule_cursor(self, name: str, cursor_at: float) -> None:
+        await self._db.fetchval(self._schedule_sql.advance_cursor, name, cursor_at)
+
+    async def set_schedule_paused(self, name: str, paused: bool) -> ScheduleState:
+        row = await self._db.fetchrow(self._schedule_sql.set_paused, name, paused)
+        return rows.schedule_state(row)
+
+    async def recent_schedule_slots(
+        self, name: str, *, limit: int
+    ) -> list[tuple[float, str | None]]:
+        found = await self._db.fetch(self._schedule_sql.recent_slots, name, limit, retry=True)
+        return [(r["slot_at"], r["run_id"]) for r in found]
+
+    async def prune_schedule_slots(self, name: str, *, before: float) -> int:
+        deleted: int = await self._db.fetchval(self._schedule_sql.prune_slots, name, before)
+        return deleted
 
 
 def _copy_record(v: rows.InsertValues, now: float) -> tuple[Any, ...]:

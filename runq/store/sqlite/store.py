@@ -27,6 +27,7 @@ from runq.errors import (
     QueueFull,
 )
 from runq.model import (
+    FINAL_STATUSES,
     TRANSITIONS,
     BudgetBlock,
     ClaimedRuns,
@@ -40,6 +41,8 @@ from runq.model import (
     QueueHealth,
     ReapReport,
     Run,
+    ScheduleState,
+    SlotFire,
     Stats,
     Status,
     SubmitResult,
@@ -72,6 +75,7 @@ class SqliteStore:
         self._sealer = sealer
         self._db = Connections(self.path)
         self._sql = sql.build(schema)
+        self._schedule_sql = sql.build_schedules(schema)
 
     async def _write(self, body: Body[T]) -> T:
         return await self._db.write(body, self.clock_offset_seconds)
@@ -140,7 +144,19 @@ class SqliteStore:
         params: dict[str, Any] = values._asdict()
         key, user = new.idempotency_key, new.actor.user_id or ""
 
+        unique, unique_component = new.unique, f"{new.component_type}/{new.component_id}"
+
         def body(conn: sqlite3.Connection, now: float) -> tuple[Row | None, float]:
+            # The writer's IMMEDIATE transaction serializes submitters of one unique key.
+            if unique is not None:
+                held: Row | None = conn.execute(
+                    self._schedule_sql.unique_get,
+                    {"component": unique_component, "key": unique.key},
+                ).fetchone()
+                if held is not None and unique.holds(
+                    Status(held["status"]), held["created_at"], now
+                ):
+                    return held, now
             if key is not None:
                 existing: Row | None = conn.execute(self._sql.by_key, (key, user)).fetchone()
                 if existing is not None:
@@ -156,6 +172,11 @@ class SqliteStore:
                 conn.execute(self._sql.insert, {**params, "now": now})
             except sqlite3.IntegrityError as e:
                 raise Conflict(messages.run_exists(run_id)) from e
+            if unique is not None:
+                conn.execute(
+                    self._schedule_sql.unique_set,
+                    {"component": unique_component, "key": unique.key, "run_id": run_id},
+                )
             return None, now
 
         existing, now = await self._write(body)
@@ -618,10 +639,82 @@ class SqliteStore:
 
         return await self._read(body)
 
+    # -- schedules and unique runs ----------------------------------------------------------
+
+    async def schedule_states(self, names: Sequence[str]) -> tuple[float, list[ScheduleState]]:
+        encoded = _json.encode(list(names)).decode()
+        q = self._schedule_sql
+
+        def body(conn: sqlite3.Connection, now: float) -> tuple[float, list[ScheduleState]]:
+            conn.execute(q.ensure_schedules, {"names": encoded, "now": now})
+            found = conn.execute(q.schedule_states, {"names": encoded}).fetchall()
+            return now, [rows.schedule_state(r) for r in found]
+
+        return await self._write(body)
+
+    async def fire_schedule_slot(
+        self, name: str, slot_at: float, new: NewRun, *, skip_if_running: bool
+    ) -> SlotFire:
+        run_id = new.id or new_run_id()
+        encoded = rows.encoded_payload(new)
+        params: dict[str, Any] = rows.insert_values(new, run_id, self._sealer, encoded)._asdict()
+        q = self._schedule_sql
+
+        def body(conn: sqlite3.Connection, now: float) -> SlotFire:
+            fire: str | None = run_id
+            if skip_if_running:
+                last = conn.execute(q.last_run_status, {"name": name}).fetchone()
+                if last is not None and Status(last["status"]) not in FINAL_STATUSES:
+                    fire = None
+            slot = {"name": name, "slot": slot_at, "run_id": fire, "now": now}
+            if conn.execute(q.record_slot, slot).rowcount == 0:
+                return SlotFire(recorded=False, run_id=None)
+            if fire is not None:
+                conn.execute(self._sql.insert, {**params, "now": now})
+            conn.execute(q.note_fire, slot)
+            return SlotFire(recorded=True, run_id=fire)
+
+        return await self._write(body)
+
+    async def advance_schedule_cursor(self, name: str, cursor_at: float) -> None:
+        q = self._schedule_sql.advance_cursor
+        await self._write(
+            lambda conn, now: conn.execute(q, {"name": name, "cursor": cursor_at, "now": now})
+        )
+
+    async def set_schedule_paused(self, name: str, paused: bool) -> ScheduleState:
+        q = self._schedule_sql.set_paused
+
+        def body(conn: sqlite3.Connection, now: float) -> ScheduleState:
+            row = conn.execute(q, {"name": name, "paused": paused, "now": now}).fetchone()
+            return rows.schedule_state(row)
+
+        return await self._write(body)
+
+    async def recent_schedule_slots(
+        self, name: str, *, limit: int
+    ) -> list[tuple[float, str | None]]:
+        q = self._schedule_sql.recent_slots
+
+        def body(conn: sqlite3.Connection, now: float) -> list[tuple[float, str | None]]:
+            found = conn.execute(q, {"name": name, "limit": limit}).fetchall()
+            return [(r["slot_at"], r["run_id"]) for r in found]
+
+        return await self._read(body)
+
+    async def prune_schedule_slots(self, name: str, *, before: float) -> int:
+        q = self._schedule_sql.prune_slots
+
+        def body(conn: sqlite3.Connection, now: float) -> int:
+            deleted: int = conn.execute(q, {"name": name, "before": before}).rowcount
+            return deleted
+
+        return await self._write(body)
+
+
+__all__ = ["SqliteStore"]
+
 
 #: Sorts after every character (SQLite compares text as UTF-8 bytes, in code point order),
 #: so ``prefix + _LAST_CHARACTER`` bounds every id that starts with ``prefix``.
 _LAST_CHARACTER = "\U0010ffff"
-
-
-__all__ = ["SqliteStore"]
