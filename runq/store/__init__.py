@@ -10,6 +10,7 @@ import anyio
 
 from runq.config import Config, store_engine
 from runq.errors import ConfigError
+from runq.flow import FlowRules
 from runq.seal import KeyRing, Sealer, ensure_key_file, key_file_for, load_key_ring
 from runq.store.base import Store
 
@@ -51,6 +52,7 @@ async def open_store(config: Config) -> AsyncIterator[Store]:
     """The connected store of ``config`` (``[store]``, sealed with ``[seal] keys``); closed
     when the block ends, even when it is cancelled."""
     store = make_store(config.store.url, schema=config.store.schema, sealer=sealer_for(config))
+    store.flow = FlowRules.from_config(config)
     await store.connect()
     try:
         yield store

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from runq.flow import FlowRules, Pause
 from runq.model import (
     BudgetBlock,
     ClaimedRuns,
@@ -46,6 +47,8 @@ class Store(Protocol):
     supports_listen: bool
     #: Added to the database clock everywhere; tests use it to jump time. Never set in production.
     clock_offset_seconds: float
+    #: ``[limits]`` every claim of this process applies (empty: no limits).
+    flow: FlowRules
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -240,3 +243,20 @@ class Store(Protocol):
         under the sealing key. Returns (last id seen or None when done, values re-sealed)."""
 
     async def count_runs(self) -> int: ...
+
+    # -- flow control ------------------------------------------------------------------
+
+    async def add_pause(
+        self, kind: str, target: str, *, reason: str | None, created_by: str | None
+    ) -> tuple[Pause, bool]:
+        """Pause a component pattern (``kind = "component"``) or a deployment fleet-wide:
+        every claim skips matching queued runs from the next statement on; runs already
+        running go on. Returns (the pause, created); pausing a paused target returns the
+        existing pause with ``created = False``."""
+
+    async def remove_pause(self, key: str, *, kind: str = "", target: str = "") -> Pause | None:
+        """Resume: delete the pause with id ``key``, or the one of (``kind``, ``target``).
+        None when there was none."""
+
+    async def list_pauses(self) -> list[Pause]:
+        """Active pauses, oldest first."""

@@ -90,6 +90,21 @@ class Statements:
     reseal_select_template: str
     reseal_update: str
     notify: str
+    # -- flow control: limits, rate windows, pauses ------------------------------------
+    claim_limited: str
+    claim_limited_affinity: str
+    claim_limited_one: str
+    limits_lock: str
+    running_by_component: str
+    rate_windows_get: str
+    rate_windows_bump: str
+    pause_insert: str
+    pause_delete: str
+    pause_list: str
+
+
+def _component_name(alias: str) -> str:
+    return f"({alias}.component_type || '/' || {alias}.component_id)"
 
 
 def _claim_filters(s: str, now: str, first: int) -> str:
@@ -111,7 +126,11 @@ def _claim_filters(s: str, now: str, first: int) -> str:
         AND coalesce(r.configuration, '') <> ALL({confs}::text[])
         AND NOT EXISTS (
             SELECT 1 FROM unnest({pu}::text[], {pc}::text[]) AS b(u, c)
-            WHERE b.u = coalesce(r.user_id, '') AND b.c = coalesce(r.configuration, ''))"""
+            WHERE b.u = coalesce(r.user_id, '') AND b.c = coalesce(r.configuration, ''))
+        AND NOT EXISTS (
+            SELECT 1 FROM {s}.pauses p
+            WHERE (p.kind = 'deployment' AND p.target = r.deployment_id)
+               OR (p.kind = 'component' AND {_component_name("r")} LIKE p.like_pattern))"""
 
 
 def _claim_update(s: str, now: str, candidates: str) -> str:
@@ -168,6 +187,99 @@ def _claim_sql(s: str, now: str) -> tuple[str, str, str]:
         _claim_update(s, now, merged),
         _claim_update(s, now, one),
     )
+
+
+def _limited_claim_sql(s: str, now: str) -> tuple[str, str, str]:
+    """The claim variants used while ``[limits]`` are configured: (no deployment, with a
+    deployment, one run by id).
+
+    Parameters as in ``_claim_sql`` ($8 the deployment, '' when none), then $9 the limit
+    patterns in LIKE form, most specific first, and $10 each pattern's room (runs it may
+    still start). A run's group is the first pattern it matches. Runs of a group with no
+    room are filtered inside the index walk, so they neither fill the LIMIT nor hold up the
+    runs behind them; among the candidates, at most ``room`` per group are taken. Callers
+    hold the limits lock, so the room they computed cannot be spent by another claimer
+    before this statement commits.
+    """
+    filters = _claim_filters(s, now, 3)
+    group = f"""(SELECT p.i FROM unnest($9::text[]) WITH ORDINALITY AS p(pat, i)
+               WHERE {_component_name("r")} LIKE p.pat ORDER BY p.i LIMIT 1)"""
+    has_room = "coalesce(($10::int[])[g.i], 1) > 0"
+    columns = "r.id, r.priority, r.available_at, g.i AS grp"
+
+    def branch(dep: str) -> str:
+        return (
+            f"SELECT {columns} FROM {s}.runs r CROSS JOIN LATERAL (SELECT {group} AS i) g "
+            f"WHERE r.status = 'queued' AND r.deployment_id = {dep} AND {filters} "
+            f"AND {has_room} "
+            "ORDER BY r.priority, r.available_at, r.id LIMIT $2 FOR UPDATE OF r SKIP LOCKED"
+        )
+
+    def capped(candidates: str) -> str:
+        return f"""
+        SELECT w.id FROM (
+            SELECT m.*, row_number() OVER (
+                PARTITION BY m.grp ORDER BY m.priority, m.available_at, m.id) AS nth
+            FROM ({candidates}) AS m
+        ) AS w
+        WHERE w.grp IS NULL OR w.nth <= ($10::int[])[w.grp]
+        ORDER BY w.priority, w.available_at, w.id LIMIT $2"""
+
+    no_dep, ours = branch("''"), branch("$8")
+    # ``$8`` is named in every variant so the parameters keep one numbering.
+    plain = capped(f"SELECT * FROM ({no_dep}) AS a WHERE $8::text IS NOT NULL")
+    merged = capped(f"SELECT * FROM ({no_dep}) AS a UNION ALL SELECT * FROM ({ours}) AS b")
+    one = capped(
+        f"SELECT {columns} FROM {s}.runs r CROSS JOIN LATERAL (SELECT {group} AS i) g "
+        f"WHERE r.id = $2 AND r.status = 'queued' AND r.deployment_id IN ('', $8) "
+        f"AND {filters} AND {has_room} FOR UPDATE OF r SKIP LOCKED"
+    ).replace("LIMIT $2", "LIMIT 1")
+    return (
+        _claim_update(s, now, plain),
+        _claim_update(s, now, merged),
+        _claim_update(s, now, one),
+    )
+
+
+def _flow_sql(s: str, now: str) -> dict[str, str]:
+    return {
+        # One lock per schema serializes the claimers that apply limits: each one counts
+        # the running runs after the previous one committed, so none can over-admit.
+        "limits_lock": "SELECT pg_advisory_xact_lock(hashtext($1))",
+        "running_by_component": (
+            f"SELECT {_component_name('r')} AS component, count(*) AS n"
+            f" FROM {s}.runs r WHERE r.status = 'running' GROUP BY 1"
+        ),
+        "rate_windows_get": (
+            f"SELECT pattern, window_start, used FROM {s}.rate_windows"
+            " WHERE pattern = ANY($1::text[])"
+        ),
+        # $1 patterns, $2 window starts, $3 starts to add; a new window starts over.
+        "rate_windows_bump": f"""
+            INSERT INTO {s}.rate_windows AS w (pattern, window_start, used)
+            SELECT * FROM unnest($1::text[], $2::float8[], $3::int[])
+            ON CONFLICT (pattern) DO UPDATE SET
+                used = CASE WHEN w.window_start = EXCLUDED.window_start
+                            THEN w.used + EXCLUDED.used ELSE EXCLUDED.used END,
+                window_start = EXCLUDED.window_start""",
+        # $1 id, $2 kind, $3 target, $4 LIKE form, $5 reason, $6 by. A second pause of the
+        # same target returns the existing row.
+        "pause_insert": f"""
+            WITH ins AS (
+                INSERT INTO {s}.pauses (id, kind, target, like_pattern, reason, created_by,
+                                        created_at)
+                VALUES ($1, $2, $3, $4, $5, $6, {now})
+                ON CONFLICT (kind, target) DO NOTHING
+                RETURNING *, true AS created
+            )
+            SELECT * FROM ins
+            UNION ALL
+            SELECT *, false AS created FROM {s}.pauses WHERE kind = $2 AND target = $3
+              AND NOT EXISTS (SELECT 1 FROM ins)""",
+        "pause_delete": f"DELETE FROM {s}.pauses WHERE id = $1 OR (kind = $2 AND target = $3)"
+        " RETURNING *",
+        "pause_list": f"SELECT * FROM {s}.pauses ORDER BY created_at, id",
+    }
 
 
 def _reap_sql(s: str, now: str) -> str:
@@ -541,6 +653,7 @@ def build(schema: str, offset: float) -> Statements:
     """Every statement of one schema at one clock offset."""
     s, now = schema, _clock(offset)
     claim, claim_affinity, claim_one = _claim_sql(s, now)
+    limited, limited_affinity, limited_one = _limited_claim_sql(s, now)
     return Statements(
         now=f"SELECT {now}",
         ping="SELECT 1",
@@ -559,6 +672,10 @@ def build(schema: str, offset: float) -> Statements:
         **_usage_sql(s),
         **_maintenance_sql(s, now),
         **_migration_sql(s, now),
+        claim_limited=limited,
+        claim_limited_affinity=limited_affinity,
+        claim_limited_one=limited_one,
+        **_flow_sql(s, now),
     )
 
 

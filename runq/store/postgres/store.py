@@ -20,6 +20,7 @@ from runq.errors import (
     QueueFull,
     StoreUnavailable,
 )
+from runq.flow import FlowRules, Pause, like_pattern
 from runq.model import (
     TRANSITIONS,
     BudgetBlock,
@@ -55,6 +56,17 @@ __all__ = ["PostgresStore"]
 _BULK_CHUNK = 5000
 #: How often submit re-runs after losing an idempotency race (the winner is then visible).
 _SUBMIT_ATTEMPTS = 3
+
+
+def _pause(row: Any) -> Pause:
+    return Pause(
+        id=row["id"],
+        kind=row["kind"],
+        target=row["target"],
+        reason=row["reason"],
+        created_by=row["created_by"],
+        created_at=row["created_at"],
+    )
 
 
 def _blocked_params(blocked: BudgetBlock | None) -> list[list[str]]:
@@ -105,6 +117,8 @@ class PostgresStore:
         self.url = url
         self.schema = check_schema(schema)
         self.clock_offset_seconds = 0.0
+        #: ``[limits]`` applied by this process's claims (set by ``open_store``).
+        self.flow = FlowRules()
         self._sealer = sealer
         self._migration_timeout = migration_timeout
         self._db = Pool(
@@ -308,7 +322,9 @@ class PostgresStore:
             return ClaimedRuns()
         sql = self._sql
         rules = [serialize_sessions, *_blocked_params(blocked)]
-        if run_id is not None:
+        if self.flow.enabled:
+            found = await self._claim_limited(worker_id, slots, rules, deployment_id, run_id)
+        elif run_id is not None:
             found = await self._db.fetch(
                 sql.claim_one, worker_id, run_id, *rules, deployment_id or ""
             )
@@ -330,6 +346,74 @@ class PostgresStore:
                 [messages.not_executed(error) for _, error in broken],
             )
         return ClaimedRuns(runs, unopenable=(row["id"] for row, _ in broken))
+
+    async def _claim_limited(
+        self,
+        worker_id: str,
+        slots: int,
+        rules: list[Any],
+        deployment_id: str | None,
+        run_id: str | None,
+    ) -> list[Any]:
+        """The claim under ``[limits]``: in one transaction, take the limits lock, count what
+        runs and what each rate window has spent, claim within the room left, and count the
+        starts into the rate windows. The lock makes the count and the claim one step for
+        the fleet: a second claimer counts after this one commits."""
+        sql, flow = self._sql, self.flow
+        async with self._db.transaction() as con:
+            await con.execute(sql.limits_lock, f"{self.schema}.runq.limits")
+            now = float(await con.fetchval(sql.now))
+            running = flow.running_by_group(
+                (r["component"], r["n"]) for r in await con.fetch(sql.running_by_component)
+            )
+            used = [0] * len(flow.groups)
+            if flow.has_rates:
+                stored = await con.fetch(sql.rate_windows_get, flow.patterns)
+                used = flow.rate_used(
+                    now, {r["pattern"]: (r["window_start"], r["used"]) for r in stored}
+                )
+            gate = [flow.like_patterns, flow.room(running, used)]
+            dep = deployment_id or ""
+            if run_id is not None:
+                found = await con.fetch(
+                    sql.claim_limited_one, worker_id, run_id, *rules, dep, *gate
+                )
+            elif deployment_id:
+                found = await con.fetch(
+                    sql.claim_limited_affinity, worker_id, slots, *rules, dep, *gate
+                )
+            else:
+                found = await con.fetch(sql.claim_limited, worker_id, slots, *rules, dep, *gate)
+            if flow.has_rates and found:
+                bumps = flow.started(
+                    now, (f"{r['component_type']}/{r['component_id']}" for r in found)
+                )
+                if bumps:
+                    await con.execute(
+                        sql.rate_windows_bump,
+                        list(bumps),
+                        [start for start, _ in bumps.values()],
+                        [n for _, n in bumps.values()],
+                    )
+        return list(found)
+
+    # -- pauses ------------------------------------------------------------------------
+
+    async def add_pause(
+        self, kind: str, target: str, *, reason: str | None, created_by: str | None
+    ) -> tuple[Pause, bool]:
+        like = like_pattern(target) if kind == "component" else None
+        row = await self._db.fetchrow(
+            self._sql.pause_insert, new_run_id(), kind, target, like, reason, created_by
+        )
+        return _pause(row), bool(row["created"])
+
+    async def remove_pause(self, key: str, *, kind: str = "", target: str = "") -> Pause | None:
+        found = await self._db.fetch(self._sql.pause_delete, key, kind, target)
+        return _pause(found[0]) if found else None
+
+    async def list_pauses(self) -> list[Pause]:
+        return [_pause(r) for r in await self._db.fetch(self._sql.pause_list, retry=True)]
 
     async def heartbeat_many(self, worker_id: str, leases: Sequence[Lease]) -> HeartbeatResult:
         # Sorted by id, so concurrent batches of one worker lock rows in the same order.

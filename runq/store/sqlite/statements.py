@@ -65,6 +65,8 @@ class ClaimShape:
     block_configurations: bool
     block_pairs: bool
     by_id: bool
+    #: ``[limits]`` configured: group each run and take at most each group's room.
+    limited: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +113,14 @@ class Statements:
     record_migration: str
     migrations_table_exists: str
     applied_versions: str
+    # -- flow control: limits, rate windows, pauses ------------------------------------
+    running_by_component: str
+    rate_windows_get: str
+    rate_windows_bump: str
+    pause_insert: str
+    pause_get: str
+    pause_delete: str
+    pause_list: str
 
 
 def _reap(t: str) -> str:
@@ -143,8 +153,33 @@ def _reap(t: str) -> str:
     )
 
 
+_COMPONENT = "(r.component_type || '/' || r.component_id)"
+#: A run's limit group: the first (most specific) of the ``:pats`` it matches. GLOB's ``*``
+#: is the pattern's own wildcard and patterns hold no other GLOB character.
+_GROUP = (
+    "(SELECT CAST(p.key AS INTEGER) FROM json_each(:pats) p"
+    f" WHERE {_COMPONENT} GLOB p.value ORDER BY p.key LIMIT 1)"
+)
+
+
+def _room(group: str) -> str:
+    return f"json_extract(:rooms, '$[' || {group} || ']')"
+
+
 def _claim(t: str, shape: ClaimShape) -> str:
-    filters = ["r.status = 'queued'", "r.available_at <= :now"]
+    pauses = t.removesuffix("_runs") + "_pauses"
+    filters = [
+        "r.status = 'queued'",
+        "r.available_at <= :now",
+        # Paused work is skipped by every claim at once; the table is tiny, usually empty.
+        f"NOT EXISTS (SELECT 1 FROM {pauses} p"
+        " WHERE (p.kind = 'deployment' AND p.target = r.deployment_id)"
+        f" OR (p.kind = 'component' AND {_COMPONENT} GLOB p.target))",
+    ]
+    if shape.limited:
+        # A group with no room is filtered inside the walk, so its runs do not fill the
+        # LIMIT and the runs behind them go on.
+        filters.append(f"coalesce({_room(_GROUP)}, 1) > 0")
     if shape.by_id:
         filters.append("r.id = :run_id")
     if shape.sessions:
@@ -171,9 +206,11 @@ def _claim(t: str, shape: ClaimShape) -> str:
     # primary-key lookup instead.
     walk = "" if shape.by_id else f" INDEXED BY {t}_claim_idx"
 
+    group_column = f", {_GROUP} AS grp" if shape.limited else ""
+
     def branch(dep: str) -> str:
         return (
-            f"SELECT r.id, r.priority, r.available_at FROM {t} r{walk}"
+            f"SELECT r.id, r.priority, r.available_at{group_column} FROM {t} r{walk}"
             f" WHERE r.deployment_id = {dep} AND {where} {order}"
         )
 
@@ -188,6 +225,16 @@ def _claim(t: str, shape: ClaimShape) -> str:
         )
     else:
         candidates = f"SELECT id FROM ({branch(no_dep)})"
+    if shape.limited:
+        # At most ``room`` runs per group among the candidates. The claim runs under
+        # BEGIN IMMEDIATE, so the room counted before it cannot be spent meanwhile.
+        union = candidates.removeprefix("SELECT id FROM ").split(" ORDER BY priority")[0]
+        candidates = (
+            "SELECT id FROM (SELECT *, row_number() OVER (PARTITION BY grp"
+            f" ORDER BY priority, available_at, id) AS nth FROM {union})"
+            f" WHERE grp IS NULL OR nth <= {_room('grp')}"
+            " ORDER BY priority, available_at, id LIMIT :slots"
+        )
     return (
         f"UPDATE {t} SET status = {target_of('claim')}, attempt = attempt + 1,"
         " locked_by = :worker, locked_at = :now, started_at = :now, updated_at = :now"
@@ -199,7 +246,7 @@ def _claim(t: str, shape: ClaimShape) -> str:
 def _claims(t: str) -> dict[ClaimShape, str]:
     return {
         shape: _claim(t, shape)
-        for shape in itertools.starmap(ClaimShape, itertools.product((False, True), repeat=6))
+        for shape in itertools.starmap(ClaimShape, itertools.product((False, True), repeat=7))
     }
 
 
@@ -408,7 +455,38 @@ def build(schema: str) -> Statements:
         **_usage(t, f"{schema}_budget_usage"),
         **_maintenance(t, w),
         **_migrations(f"{schema}_schema_migrations"),
+        **_flow(t, f"{schema}_rate_windows", f"{schema}_pauses"),
     )
+
+
+def _flow(t: str, rates: str, pauses: str) -> dict[str, str]:
+    return {
+        "running_by_component": (
+            f"SELECT {_COMPONENT} AS component, count(*) AS n"
+            f" FROM {t} r WHERE r.status = 'running' GROUP BY 1"
+        ),
+        "rate_windows_get": (
+            f"SELECT pattern, window_start, used FROM {rates}"
+            " WHERE pattern IN (SELECT value FROM json_each(?))"
+        ),
+        # A new window starts over.
+        "rate_windows_bump": (
+            f"INSERT INTO {rates} (pattern, window_start, used) VALUES (?, ?, ?)"
+            " ON CONFLICT (pattern) DO UPDATE SET"
+            f" used = CASE WHEN {rates}.window_start = excluded.window_start"
+            f" THEN {rates}.used + excluded.used ELSE excluded.used END,"
+            " window_start = excluded.window_start"
+        ),
+        "pause_insert": (
+            f"INSERT INTO {pauses} (id, kind, target, like_pattern, reason, created_by,"
+            " created_at) VALUES (?, ?, ?, NULL, ?, ?, ?)"
+            " ON CONFLICT (kind, target) DO NOTHING"
+        ),
+        "pause_get": f"SELECT * FROM {pauses} WHERE kind = ? AND target = ?",
+        "pause_delete": f"DELETE FROM {pauses} WHERE id = ? OR (kind = ? AND target = ?)"
+        " RETURNING *",
+        "pause_list": f"SELECT * FROM {pauses} ORDER BY created_at, id",
+    }
 
 
 def list_jobs(

@@ -26,6 +26,7 @@ from runq.errors import (
     NotFound,
     QueueFull,
 )
+from runq.flow import FlowRules, Pause
 from runq.model import (
     TRANSITIONS,
     BudgetBlock,
@@ -69,6 +70,8 @@ class SqliteStore:
         self.path = Path(path)
         self.schema = check_schema(schema)
         self.clock_offset_seconds = 0.0
+        #: ``[limits]`` applied by this process's claims (set by ``open_store``).
+        self.flow = FlowRules()
         self._sealer = sealer
         self._db = Connections(self.path)
         self._sql = sql.build(schema)
@@ -256,6 +259,7 @@ class SqliteStore:
             block_configurations=block is not None and bool(block.configurations),
             block_pairs=block is not None and bool(block.pairs),
             by_id=run_id is not None,
+            limited=self.flow.enabled,
         )
         statement = self._sql.claims[shape]
         params: dict[str, Any] = {
@@ -270,6 +274,10 @@ class SqliteStore:
             params["bp"] = _json.encode(sorted(block.pairs)).decode()
 
         def body(conn: sqlite3.Connection, now: float) -> list[Row]:
+            if self.flow.enabled:
+                # Under BEGIN IMMEDIATE: no other claimer can start a run between this
+                # count and the claim, so the room is exact.
+                return self._claim_limited(conn, statement, {**params, "now": now}, now)
             return conn.execute(statement, {**params, "now": now}).fetchall()
 
         # The transaction runs on the connection thread and finishes even if this coroutine
@@ -303,6 +311,60 @@ class SqliteStore:
                 conn.execute(self._sql.release, {**params, "now": now})
 
         await self._write(body)
+
+    def _claim_limited(
+        self, conn: sqlite3.Connection, statement: str, params: dict[str, Any], now: float
+    ) -> list[Row]:
+        """Count what runs and what each rate window has spent, claim within the room left,
+        and count the starts into the rate windows, all in the claim's transaction."""
+        flow, q = self.flow, self._sql
+        running = flow.running_by_group(
+            (r["component"], r["n"]) for r in conn.execute(q.running_by_component)
+        )
+        used = [0] * len(flow.groups)
+        if flow.has_rates:
+            stored = conn.execute(q.rate_windows_get, (_json.encode(flow.patterns).decode(),))
+            used = flow.rate_used(
+                now, {r["pattern"]: (r["window_start"], r["used"]) for r in stored}
+            )
+        params["pats"] = _json.encode(flow.patterns).decode()
+        params["rooms"] = _json.encode(flow.room(running, used)).decode()
+        found: list[Row] = conn.execute(statement, params).fetchall()
+        if flow.has_rates and found:
+            bumps = flow.started(now, (f"{r['component_type']}/{r['component_id']}" for r in found))
+            conn.executemany(
+                q.rate_windows_bump, [(p, start, n) for p, (start, n) in bumps.items()]
+            )
+        return found
+
+    # -- pauses ------------------------------------------------------------------------
+
+    async def add_pause(
+        self, kind: str, target: str, *, reason: str | None, created_by: str | None
+    ) -> tuple[Pause, bool]:
+        def body(conn: sqlite3.Connection, now: float) -> tuple[Row, bool]:
+            q = self._sql
+            made = conn.execute(
+                q.pause_insert, (new_run_id(), kind, target, reason, created_by, now)
+            ).rowcount
+            row: Row = conn.execute(q.pause_get, (kind, target)).fetchone()
+            return row, made > 0
+
+        row, created = await self._write(body)
+        return _pause(row), created
+
+    async def remove_pause(self, key: str, *, kind: str = "", target: str = "") -> Pause | None:
+        def body(conn: sqlite3.Connection, now: float) -> list[Row]:
+            return conn.execute(self._sql.pause_delete, (key, kind, target)).fetchall()
+
+        found = await self._write(body)
+        return _pause(found[0]) if found else None
+
+    async def list_pauses(self) -> list[Pause]:
+        def body(conn: sqlite3.Connection, now: float) -> list[Row]:
+            return conn.execute(self._sql.pause_list).fetchall()
+
+        return [_pause(r) for r in await self._read(body)]
 
     async def heartbeat_many(self, worker_id: str, leases: Sequence[Lease]) -> HeartbeatResult:
         lease_json = _json.encode(list(leases)).decode()
@@ -612,3 +674,14 @@ class SqliteStore:
 
 
 __all__ = ["SqliteStore"]
+
+
+def _pause(row: Row) -> Pause:
+    return Pause(
+        id=row["id"],
+        kind=row["kind"],
+        target=row["target"],
+        reason=row["reason"],
+        created_by=row["created_by"],
+        created_at=row["created_at"],
+    )

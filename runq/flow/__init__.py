@@ -1,0 +1,29 @@
+"""Fleet-wide flow control: concurrency limits, rate limits and pauses.
+
+``[limits."pattern"]`` entries match components like ``[routing]`` does (the most specific
+pattern wins, so every run belongs to at most one limit group). The store enforces them
+inside its claim transaction; this package holds the engine-neutral part: which group a
+component is in, how much room a group has left, and the records of pauses and waits.
+"""
+
+from __future__ import annotations
+
+from runq.flow.rules import (
+    NO_CAP,
+    FlowRules,
+    GroupRule,
+    Pause,
+    like_pattern,
+    pattern_specificity,
+    rate_window,
+)
+
+__all__ = [
+    "NO_CAP",
+    "FlowRules",
+    "GroupRule",
+    "Pause",
+    "like_pattern",
+    "pattern_specificity",
+    "rate_window",
+]
