@@ -274,6 +274,30 @@ class Stats(msgspec.Struct, kw_only=True):
 
     counts: dict[str, int]
     oldest_queued_age_seconds: float | None
+    #: Active fleet-wide pauses, oldest first.
+    pauses: list[Pause] = []
+
+
+class Pause(msgspec.Struct, frozen=True, kw_only=True):
+    """A fleet-wide pause of a component pattern or of a deployment."""
+
+    id: str
+    kind: str  # "component" | "deployment"
+    target: str
+    reason: str | None
+    created_by: str | None
+    created_at: float
+
+
+class WaitReason(msgspec.Struct, frozen=True, kw_only=True):
+    """Why a queued run is not running yet: ``kind`` is delayed, paused, limit, rate,
+    budget, session or no_worker; ``message`` says it in words; ``until`` is when the
+    hold ends, when that is known."""
+
+    kind: str
+    message: str
+    pattern: str | None = None
+    until: float | None = None
 
 
 class QueueHealth(msgspec.Struct, kw_only=True):
@@ -319,6 +343,8 @@ class JobView(msgspec.Struct, kw_only=True):
     priority: int
     termination_reason: TerminationReason | None
     pause_reason: str | None
+    #: A queued job's reason for waiting, when it has one.
+    waiting: WaitReason | None = None
 
     @classmethod
     def from_run(cls, run: Run) -> JobView:

@@ -22,8 +22,9 @@ import anyio
 from anyio.abc import TaskGroup
 
 from runq.components import ComponentRegistry
-from runq.config import Config, load_config
+from runq.config import LIVE_WORKER_SECONDS, Config, load_config
 from runq.errors import BadRequest, StoreUnavailable, UnknownComponent
+from runq.flow.waits import WaitInputs, explain
 from runq.log import get_logger
 from runq.metrics import SUBMISSIONS
 from runq.model import (
@@ -36,6 +37,7 @@ from runq.model import (
     Stats,
     Status,
     SubmitResult,
+    WaitReason,
 )
 from runq.store import open_store
 from runq.store.base import Store
@@ -377,7 +379,28 @@ class Queue:
         )
 
     async def stats(self) -> Stats:
-        return await self.store.stats()
+        stats = await self.store.stats()
+        stats.pauses = await self.store.list_pauses()
+        return stats
+
+    async def why_waiting(self, run: Run) -> WaitReason | None:
+        """A queued run's reason for waiting (None when nothing holds it back)."""
+        if run.status is not Status.QUEUED:
+            return None
+        store = self.store
+        served = True
+        if run.deployment_id:
+            workers = await store.list_workers(max_age_seconds=LIVE_WORKER_SECONDS)
+            served = any(w.deployment_id == run.deployment_id for w in workers)
+        inputs = WaitInputs(
+            state=await store.flow_state(),
+            pauses=await store.list_pauses(),
+            session_ahead=bool(run.session_id)
+            and self.config.queue.serialize_sessions
+            and await store.session_ahead(run.id, run.session_id or ""),
+            deployment_served=served,
+        )
+        return explain(run, store.flow, inputs)
 
 
 def _notifier_for(store: Store, tg: TaskGroup) -> Notifier | None:

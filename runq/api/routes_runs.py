@@ -182,7 +182,10 @@ def _out(identity: Identity, run: Run) -> RunOut:
     responses=error_responses(400, 401, 404, 503),
 )
 async def read_run(run_id: RunId, services: Services, identity: CurrentIdentity) -> RunOut:
-    return _out(identity, await _visible_run(services, identity, run_id))
+    run = await _visible_run(services, identity, run_id)
+    out = _out(identity, run)
+    out.waiting = await services.queue.why_waiting(run)
+    return out
 
 
 @post(

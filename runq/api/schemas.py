@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from runq.model import JobView, Page, Run, Status, TerminationReason
+from runq.model import JobView, Page, Run, Status, TerminationReason, WaitReason
 
 #: Longest ``Idempotency-Key`` accepted; a longer one is answered 422 (issue #1).
 MAX_IDEMPOTENCY_KEY_CHARS = 512
@@ -110,6 +110,7 @@ class RunOut(Struct, kw_only=True):
     cancel_requested: bool
     payload: Any | UnsetType = UNSET
     answer: Any | UnsetType = UNSET
+    waiting: WaitReason | None = None
 
     @classmethod
     def from_run(cls, run: Run, *, with_content: bool) -> RunOut:

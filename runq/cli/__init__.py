@@ -16,6 +16,7 @@ import click
 
 from runq.cli.jobs import jobs
 from runq.cli.keys import keys
+from runq.cli.pauses import pause_cmd, pauses_cmd, resume_cmd
 from runq.cli.serve import migrate_cmd, purge_cmd, reap_cmd, serve_cmd, work_cmd
 from runq.cli.status import status_cmd
 from runq.cli.submit import defer_cmd, enqueue_cmd
@@ -38,6 +39,9 @@ for command in (
     status_cmd,
     jobs,
     keys,
+    pause_cmd,
+    resume_cmd,
+    pauses_cmd,
 ):
     cli.add_command(command)
 

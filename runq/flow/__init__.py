@@ -9,21 +9,29 @@ component is in, how much room a group has left, and the records of pauses and w
 from __future__ import annotations
 
 from runq.flow.rules import (
+    MAX_PAUSE_REASON_CHARS,
     NO_CAP,
+    PAUSE_KINDS,
     FlowRules,
+    FlowState,
     GroupRule,
-    Pause,
     like_pattern,
     pattern_specificity,
+    pause_target_problem,
     rate_window,
 )
+from runq.model import Pause
 
 __all__ = [
+    "MAX_PAUSE_REASON_CHARS",
     "NO_CAP",
+    "PAUSE_KINDS",
     "FlowRules",
+    "FlowState",
     "GroupRule",
     "Pause",
     "like_pattern",
     "pattern_specificity",
+    "pause_target_problem",
     "rate_window",
 ]

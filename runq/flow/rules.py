@@ -7,9 +7,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-import msgspec
-
-from runq.config import Config, LimitConfig, parse_rate
+from runq.config import Config, LimitConfig, is_component_pattern, parse_rate
 
 #: Room for a group with no cap of that kind: more than any claim asks for.
 NO_CAP = 1_000_000_000
@@ -152,12 +150,28 @@ class FlowRules:
         return bumps
 
 
-class Pause(msgspec.Struct, frozen=True, kw_only=True):
-    """A fleet-wide pause of a component pattern or of a deployment."""
+@dataclass(frozen=True)
+class FlowState:
+    """What the limits look at, read in one pass: the database clock, running runs per
+    component and the stored rate windows (pattern → (window start, starts))."""
 
-    id: str
-    kind: str  # "component" | "deployment"
-    target: str
-    reason: str | None
-    created_by: str | None
-    created_at: float
+    now: float
+    running: dict[str, int]
+    windows: dict[str, tuple[float, int]]
+
+
+PAUSE_KINDS = ("component", "deployment")
+#: Longest pause target and reason accepted (both are operator text shown back verbatim).
+MAX_PAUSE_TARGET_CHARS = 200
+MAX_PAUSE_REASON_CHARS = 1000
+
+
+def pause_target_problem(kind: str, target: str) -> str | None:
+    """Why (``kind``, ``target``) cannot be paused, or None when it can."""
+    if kind not in PAUSE_KINDS:
+        return f"kind must be one of {', '.join(PAUSE_KINDS)}"
+    if not target or len(target) > MAX_PAUSE_TARGET_CHARS:
+        return f"the {kind} must be 1 to {MAX_PAUSE_TARGET_CHARS} characters"
+    if kind == "component" and not is_component_pattern(target):
+        return f"{target!r} is not a component pattern ('*', 'type/*' or 'type/id')"
+    return None

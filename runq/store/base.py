@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from runq.flow import FlowRules, Pause
+from runq.flow import FlowRules, FlowState, Pause
 from runq.model import (
     BudgetBlock,
     ClaimedRuns,
@@ -260,3 +260,14 @@ class Store(Protocol):
 
     async def list_pauses(self) -> list[Pause]:
         """Active pauses, oldest first."""
+
+    async def flow_state(self) -> FlowState:
+        """The database clock, running runs per component and the rate windows of
+        ``flow``'s patterns, read together (to say why a run waits)."""
+
+    async def session_ahead(self, run_id: str, session_id: str) -> bool:
+        """True when the session rule holds ``run_id`` back."""
+
+    async def queued_by_component(self) -> list[tuple[str, str, int, int]]:
+        """Queued runs per (component, deployment id or ''): (component, deployment,
+        ready now, delayed). For the exporter's held-back counts."""

@@ -101,6 +101,8 @@ class Statements:
     pause_insert: str
     pause_delete: str
     pause_list: str
+    session_ahead: str
+    queued_by_component: str
 
 
 def _component_name(alias: str) -> str:
@@ -279,6 +281,18 @@ def _flow_sql(s: str, now: str) -> dict[str, str]:
         "pause_delete": f"DELETE FROM {s}.pauses WHERE id = $1 OR (kind = $2 AND target = $3)"
         " RETURNING *",
         "pause_list": f"SELECT * FROM {s}.pauses ORDER BY created_at, id",
+        # The session rule for one run ($1 id, $2 session): an older active run of its
+        # session, or one running or paused, holds it back.
+        "session_ahead": f"""
+            SELECT EXISTS (SELECT 1 FROM {s}.runs o
+            WHERE o.session_id = $2 AND o.status IN ({_ACTIVE}) AND o.id <> $1
+              AND (o.id < $1 OR o.status <> 'queued'))""",
+        # Queued runs per (component, deployment): ready now, and delayed.
+        "queued_by_component": f"""
+            SELECT {_component_name("r")} AS component, r.deployment_id,
+                   count(*) FILTER (WHERE r.available_at <= {now}) AS ready,
+                   count(*) FILTER (WHERE r.available_at > {now}) AS delayed
+            FROM {s}.runs r WHERE r.status = 'queued' GROUP BY 1, 2""",
     }
 
 

@@ -20,7 +20,7 @@ from runq.errors import (
     QueueFull,
     StoreUnavailable,
 )
-from runq.flow import FlowRules, Pause, like_pattern
+from runq.flow import FlowRules, FlowState, Pause, like_pattern
 from runq.model import (
     TRANSITIONS,
     BudgetBlock,
@@ -414,6 +414,22 @@ class PostgresStore:
 
     async def list_pauses(self) -> list[Pause]:
         return [_pause(r) for r in await self._db.fetch(self._sql.pause_list, retry=True)]
+
+    async def flow_state(self) -> FlowState:
+        sql = self._sql
+        async with self._db.transaction() as con:
+            now = float(await con.fetchval(sql.now))
+            running = {r["component"]: r["n"] for r in await con.fetch(sql.running_by_component)}
+            stored = await con.fetch(sql.rate_windows_get, self.flow.patterns)
+        windows = {r["pattern"]: (r["window_start"], r["used"]) for r in stored}
+        return FlowState(now=now, running=running, windows=windows)
+
+    async def session_ahead(self, run_id: str, session_id: str) -> bool:
+        return bool(await self._db.fetchval(self._sql.session_ahead, run_id, session_id))
+
+    async def queued_by_component(self) -> list[tuple[str, str, int, int]]:
+        found = await self._db.fetch(self._sql.queued_by_component, retry=True)
+        return [(r["component"], r["deployment_id"], r["ready"], r["delayed"]) for r in found]
 
     async def heartbeat_many(self, worker_id: str, leases: Sequence[Lease]) -> HeartbeatResult:
         # Sorted by id, so concurrent batches of one worker lock rows in the same order.

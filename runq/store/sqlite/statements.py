@@ -121,6 +121,8 @@ class Statements:
     pause_get: str
     pause_delete: str
     pause_list: str
+    session_ahead: str
+    queued_by_component: str
 
 
 def _reap(t: str) -> str:
@@ -486,6 +488,16 @@ def _flow(t: str, rates: str, pauses: str) -> dict[str, str]:
         "pause_delete": f"DELETE FROM {pauses} WHERE id = ? OR (kind = ? AND target = ?)"
         " RETURNING *",
         "pause_list": f"SELECT * FROM {pauses} ORDER BY created_at, id",
+        # The session rule for one run (:id, :session), as the claim applies it.
+        "session_ahead": (
+            f"SELECT EXISTS (SELECT 1 FROM {t} s WHERE s.session_id = :session"
+            f" AND s.{_ACTIVE_IN} AND s.id <> :id AND (s.id < :id OR s.status <> 'queued'))"
+        ),
+        "queued_by_component": (
+            f"SELECT {_COMPONENT} AS component, r.deployment_id,"
+            " sum(r.available_at <= :now) AS ready, sum(r.available_at > :now) AS delayed"
+            f" FROM {t} r WHERE r.status = 'queued' GROUP BY 1, 2"
+        ),
     }
 
 

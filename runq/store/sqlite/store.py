@@ -26,7 +26,7 @@ from runq.errors import (
     NotFound,
     QueueFull,
 )
-from runq.flow import FlowRules, Pause
+from runq.flow import FlowRules, FlowState, Pause
 from runq.model import (
     TRANSITIONS,
     BudgetBlock,
@@ -365,6 +365,31 @@ class SqliteStore:
             return conn.execute(self._sql.pause_list).fetchall()
 
         return [_pause(r) for r in await self._read(body)]
+
+    async def flow_state(self) -> FlowState:
+        q, patterns = self._sql, _json.encode(self.flow.patterns).decode()
+
+        def body(conn: sqlite3.Connection, now: float) -> FlowState:
+            running = {r["component"]: r["n"] for r in conn.execute(q.running_by_component)}
+            stored = conn.execute(q.rate_windows_get, (patterns,))
+            windows = {r["pattern"]: (r["window_start"], r["used"]) for r in stored}
+            return FlowState(now=now, running=running, windows=windows)
+
+        return await self._read(body)
+
+    async def session_ahead(self, run_id: str, session_id: str) -> bool:
+        def body(conn: sqlite3.Connection, now: float) -> bool:
+            found = conn.execute(self._sql.session_ahead, {"id": run_id, "session": session_id})
+            return bool(found.fetchone()[0])
+
+        return await self._read(body)
+
+    async def queued_by_component(self) -> list[tuple[str, str, int, int]]:
+        def body(conn: sqlite3.Connection, now: float) -> list[tuple[str, str, int, int]]:
+            found = conn.execute(self._sql.queued_by_component, {"now": now})
+            return [(r[0], r[1], r[2], r[3]) for r in found]
+
+        return await self._read(body)
 
     async def heartbeat_many(self, worker_id: str, leases: Sequence[Lease]) -> HeartbeatResult:
         lease_json = _json.encode(list(leases)).decode()
