@@ -90,3 +90,33 @@ def explain(run: Run, rules: FlowRules, inputs: WaitInputs) -> WaitReason | None
             kind="no_worker", message=f"no live worker serves deployment {run.deployment_id}"
         )
     return None
+
+
+#: The reasons the exporter counts held-back runs by (``runq_held_runs``).
+HELD_REASONS = ("delayed", "paused", "limit", "rate", "no_worker")
+
+
+def held_counts(
+    queued: Sequence[tuple[str, str, int, int]],
+    rules: FlowRules,
+    state: FlowState,
+    pauses: Sequence[Pause],
+    served_deployments: set[str],
+) -> dict[str, int]:
+    """Queued runs held back, by reason, from the per-(component, deployment) counts of
+    ``Store.queued_by_component``: one decision per group of runs, never one per run.
+    Budget and session holds depend on each run's user and session and are not counted."""
+    counts = dict.fromkeys(HELD_REASONS, 0)
+    for component, deployment, ready, delayed in queued:
+        counts["delayed"] += delayed
+        if not ready:
+            continue
+        if pause_of(pauses, component, deployment or None) is not None:
+            counts["paused"] += ready
+            continue
+        held = limit_hold(rules, component, state)
+        if held is not None:
+            counts[held.kind] += ready
+        elif deployment and deployment not in served_deployments:
+            counts["no_worker"] += ready
+    return counts
