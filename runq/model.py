@@ -117,6 +117,8 @@ class NewRun(msgspec.Struct, kw_only=True):
     save_request: bool = True
     #: Set by the caller for tests and imports; normally generated.
     id: str | None = None
+    #: Runs sharing a key count together against ``[limits] max_running_per_key``.
+    concurrency_key: str | None = None
 
 
 class Run(msgspec.Struct, kw_only=True):
@@ -154,6 +156,7 @@ class Run(msgspec.Struct, kw_only=True):
     resume: Resume | None = None
     tokens: int = 0
     cost: float = 0.0
+    concurrency_key: str | None = None
 
     @property
     def component(self) -> str:
@@ -345,6 +348,7 @@ class JobView(msgspec.Struct, kw_only=True):
     pause_reason: str | None
     #: A queued job's reason for waiting, when it has one.
     waiting: WaitReason | None = None
+    concurrency_key: str | None = None
 
     @classmethod
     def from_run(cls, run: Run) -> JobView:
@@ -370,6 +374,7 @@ class JobView(msgspec.Struct, kw_only=True):
             priority=run.priority,
             termination_reason=run.termination_reason,
             pause_reason=run.pause_reason,
+            concurrency_key=run.concurrency_key,
         )
 
 

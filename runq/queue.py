@@ -169,6 +169,7 @@ class Queue:
         delay_seconds: float = 0.0,
         origin: str = "python",
         save_request: bool = True,
+        concurrency_key: str | None = None,
     ) -> NewRun:
         """A ``NewRun`` with this queue's defaults (``max_attempts``, this replica's
         ``deployment_id``), validated."""
@@ -191,6 +192,7 @@ class Queue:
             delay_seconds=delay_seconds,
             origin=origin,
             save_request=save_request,
+            concurrency_key=concurrency_key,
         )
 
     def _check_component(self, component_type: str, component_id: str) -> None:

@@ -138,6 +138,7 @@ def _new_run(
         priority=_checked_priority(data.priority, identity, services),
         delay_seconds=data.delay_seconds,
         origin="http",
+        concurrency_key=data.concurrency_key,
     )
     if data.deployment_id == "":
         # An explicit "" means "no deployment" (any worker), as in the config key; only an

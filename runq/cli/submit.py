@@ -25,6 +25,9 @@ def submit_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             "--priority", type=int, default=0, show_default=True, help="Lower runs first."
         ),
         click.option("--delay", type=click.FloatRange(min=0), default=0.0, help="Seconds."),
+        click.option(
+            "--concurrency-key", default=None, help="Counted by [limits] max_running_per_key."
+        ),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -50,6 +53,7 @@ def _submit(cli_ctx: CliContext, background: bool, **opts: Any) -> None:
                 priority=opts["priority"],
                 delay_seconds=opts["delay"],
                 origin="cli",
+                concurrency_key=opts["concurrency_key"],
             )
             result, run = await q.submit(new, background=background)
             final: Run = run if run is not None else result.run

@@ -19,6 +19,7 @@ from runq.flow.rules import (
     pattern_specificity,
     pause_target_problem,
     rate_window,
+    split_running,
 )
 from runq.model import Pause
 
@@ -34,4 +35,5 @@ __all__ = [
     "pattern_specificity",
     "pause_target_problem",
     "rate_window",
+    "split_running",
 ]

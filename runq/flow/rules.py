@@ -110,6 +110,25 @@ class FlowRules:
                 counts[i] += n
         return counts
 
+    def per_key_max(self) -> list[int]:
+        """Each group's ``max_running_per_key`` (``NO_CAP`` where it has none)."""
+        return [g.max_running_per_key or NO_CAP for g in self.groups]
+
+    def key_running(
+        self, running: Iterable[tuple[str, str | None, int]]
+    ) -> list[tuple[int, str, int]]:
+        """``(component, concurrency key, running count)`` rows → (group, key, running) for
+        the groups with a per-key limit."""
+        acc: dict[tuple[int, str], int] = {}
+        for component, key, n in running:
+            if key is None:
+                continue
+            i = self.group_of(component)
+            if i is None or self.groups[i].max_running_per_key is None:
+                continue
+            acc[(i, key)] = acc.get((i, key), 0) + n
+        return [(i, key, n) for (i, key), n in acc.items()]
+
     def rate_used(self, now: float, windows: Mapping[str, tuple[float, int]]) -> list[int]:
         """Starts already counted in each group's current window (``windows``: pattern →
         (window start, starts) as stored)."""
@@ -158,6 +177,21 @@ class FlowState:
     now: float
     running: dict[str, int]
     windows: dict[str, tuple[float, int]]
+    #: Running runs per (component, concurrency key), runs with a key only.
+    keys: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+def split_running(
+    rows: Iterable[tuple[str, str | None, int]],
+) -> tuple[dict[str, int], dict[tuple[str, str], int]]:
+    """Running counts per component, and per (component, key) for runs with a key."""
+    by_component: dict[str, int] = {}
+    by_key: dict[tuple[str, str], int] = {}
+    for component, key, n in rows:
+        by_component[component] = by_component.get(component, 0) + n
+        if key is not None:
+            by_key[(component, key)] = by_key.get((component, key), 0) + n
+    return by_component, by_key
 
 
 PAUSE_KINDS = ("component", "deployment")

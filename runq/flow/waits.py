@@ -36,12 +36,24 @@ class WaitInputs:
     deployment_served: bool = True
 
 
-def limit_hold(rules: FlowRules, component: str, state: FlowState) -> WaitReason | None:
-    """The limit or rate of ``component``'s group when it has no room now."""
+def limit_hold(
+    rules: FlowRules, component: str, state: FlowState, key: str | None = None
+) -> WaitReason | None:
+    """The limit or rate of ``component``'s group (and of its concurrency ``key``) when it
+    has no room now."""
     i = rules.group_of(component)
     if i is None:
         return None
     g = rules.groups[i]
+    if key is not None and g.max_running_per_key is not None:
+        same = sum(n for (c, k), n in state.keys.items() if k == key and rules.group_of(c) == i)
+        if same >= g.max_running_per_key:
+            return WaitReason(
+                kind="limit",
+                pattern=g.pattern,
+                message=f"held by limit {g.pattern} for key {key}"
+                f" ({same}/{g.max_running_per_key} running)",
+            )
     if g.max_running is not None:
         running = rules.running_by_group(state.running.items())[i]
         if running >= g.max_running:
@@ -82,7 +94,7 @@ def explain(run: Run, rules: FlowRules, inputs: WaitInputs) -> WaitReason | None
         return WaitReason(
             kind="session", message=f"behind an earlier run of session {run.session_id}"
         )
-    held = limit_hold(rules, run.component, inputs.state)
+    held = limit_hold(rules, run.component, inputs.state, run.concurrency_key)
     if held is not None:
         return held
     if not inputs.deployment_served:

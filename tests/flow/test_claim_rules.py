@@ -9,7 +9,7 @@ import pytest
 
 from runq.config import LimitConfig
 from runq.flow import FlowRules
-from runq.model import NewRun, Run
+from runq.model import Completion, NewRun, Run
 from runq.store.base import Store
 
 pytestmark = pytest.mark.anyio
@@ -103,3 +103,17 @@ async def test_a_deployment_pause(store: Store) -> None:
     assert await store.remove_pause("", kind="deployment", target="blue") is not None
     claimed = list(await store.claim("w1", 16, deployment_id="blue"))
     assert [r.deployment_id for r in claimed] == ["blue"]
+
+
+async def test_one_running_run_per_key(store: Store) -> None:
+    store.flow = FlowRules.from_limits({"task/*": LimitConfig(max_running_per_key=1)})
+    await submit(store, "task/sync", 3, concurrency_key="tenant-a")
+    await submit(store, "task/sync", 2, concurrency_key="tenant-b")
+    await submit(store, "task/sync", 2)  # no key: not limited by key
+    first = list(await store.claim("w1", 16, deployment_id=None))
+    assert Counter(r.concurrency_key for r in first) == {"tenant-a": 1, "tenant-b": 1, None: 2}
+    assert list(await store.claim("w2", 16, deployment_id=None)) == []
+    done = next(r for r in first if r.concurrency_key == "tenant-a")
+    await store.complete_many("w1", [Completion(run_id=done.id, attempt=done.attempt, answer=None)])
+    again = list(await store.claim("w2", 16, deployment_id=None))
+    assert [r.concurrency_key for r in again] == ["tenant-a"]

@@ -7,6 +7,7 @@ rate window.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections import Counter
@@ -23,6 +24,7 @@ from serve_harness import (  # fixtures are used by name
     serve_factory,
 )
 
+from flow.flow_handlers import read_spans
 from runq.model import NewRun, Run, Status
 
 pytestmark = [pytest.mark.anyio, pytest.mark.daemon]
@@ -167,3 +169,51 @@ async def test_pause_stops_claims_and_resume_restarts_them(
 
 async def _all_status(q: Any, ids: list[str], status: Status) -> bool:
     return all(r.status is status for r in await all_runs(q, ids))
+
+
+async def test_one_run_per_key_across_replicas(
+    runq_setup: RunqSetup, serve_factory: ServeFactory
+) -> None:
+    """Per-key serialization: executions of one tenant never overlap, tenants run side by
+    side. The handler logs its own start and end; ``started_at`` would not do on
+    PostgreSQL, where it is the claim transaction's start, taken before the limits lock."""
+    config = replica_config(runq_setup.engine, {"task/*": {"max_running_per_key": 1}})
+    config["components"]["task/span"] = "flow.flow_handlers:span"
+    servers = [await serve_factory(config) for _ in range(2)]
+    response = await servers[0].request(
+        "POST",
+        "/runs",
+        json={"component_type": "task", "component_id": "record", "concurrency_key": "t"},
+    )
+    assert response.status_code == 202, response.text
+    async with runq_setup.queue(config) as q:
+        via_http = await q.get(response.json()["run_id"])
+        assert via_http is not None
+        assert via_http.concurrency_key == "t"
+        # One statement: every run is queued before any replica can claim one.
+        ids = await q.store.submit_many(
+            [
+                NewRun(
+                    component_type="task",
+                    component_id="span",
+                    payload={"seconds": 0.3, "key": f"tenant-{i % 3}"},
+                    concurrency_key=f"tenant-{i % 3}",
+                )
+                for i in range(12)
+            ]
+        )
+        await wait_for(
+            lambda: _all_status(q, ids, Status.COMPLETED), timeout=60, message="all complete"
+        )
+    spans = read_spans(runq_setup.workdir)
+    assert len(spans) == 12
+    for key in ("tenant-0", "tenant-1", "tenant-2"):
+        mine = sorted((start, end) for k, start, end in spans if k == key)
+        assert len(mine) == 4
+        for (_, end), (start, _) in itertools.pairwise(mine):
+            assert start >= end, f"two runs of {key} overlapped"
+    # Tenants ran side by side: executions of different keys overlapped in time.
+    assert any(
+        k1 != k2 and s1 < e2 and s2 < e1
+        for (k1, s1, e1), (k2, s2, e2) in itertools.combinations(spans, 2)
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from runq.flow import NO_CAP
 from runq.model import ACTIVE_STATUSES, FINAL_STATUSES, Status
 from runq.store.statements import (
     fenced,
@@ -197,17 +198,25 @@ def _limited_claim_sql(s: str, now: str) -> tuple[str, str, str]:
 
     Parameters as in ``_claim_sql`` ($8 the deployment, '' when none), then $9 the limit
     patterns in LIKE form, most specific first, and $10 each pattern's room (runs it may
-    still start). A run's group is the first pattern it matches. Runs of a group with no
-    room are filtered inside the index walk, so they neither fill the LIMIT nor hold up the
-    runs behind them; among the candidates, at most ``room`` per group are taken. Callers
-    hold the limits lock, so the room they computed cannot be spent by another claimer
-    before this statement commits.
+    still start); $11 each pattern's ``max_running_per_key`` and, for the keys running now,
+    $12 group, $13 key, $14 running count. A run's group is the first pattern it matches.
+    Runs of a group (or key) with no room are filtered inside the index walk, so they
+    neither fill the LIMIT nor hold up the runs behind them; among the candidates, at most
+    ``room`` per group and per key are taken. Callers hold the limits lock, so the room
+    they computed cannot be spent by another claimer before this statement commits.
     """
     filters = _claim_filters(s, now, 3)
     group = f"""(SELECT p.i FROM unnest($9::text[]) WITH ORDINALITY AS p(pat, i)
                WHERE {_component_name("r")} LIKE p.pat ORDER BY p.i LIMIT 1)"""
-    has_room = "coalesce(($10::int[])[g.i], 1) > 0"
-    columns = "r.id, r.priority, r.available_at, g.i AS grp"
+    key_room = f"""CASE WHEN r.concurrency_key IS NULL OR g.i IS NULL THEN {NO_CAP}
+        ELSE ($11::int[])[g.i] - coalesce((
+            SELECT k.n FROM unnest($12::int[], $13::text[], $14::int[]) AS k(g, key, n)
+            WHERE k.g = g.i AND k.key = r.concurrency_key), 0) END"""
+    has_room = f"coalesce(($10::int[])[g.i], 1) > 0 AND {key_room} > 0"
+    columns = (
+        f"r.id, r.priority, r.available_at, g.i AS grp, r.concurrency_key AS ckey,"
+        f" {key_room} AS kroom"
+    )
 
     def branch(dep: str) -> str:
         return (
@@ -220,11 +229,15 @@ def _limited_claim_sql(s: str, now: str) -> tuple[str, str, str]:
     def capped(candidates: str) -> str:
         return f"""
         SELECT w.id FROM (
-            SELECT m.*, row_number() OVER (
-                PARTITION BY m.grp ORDER BY m.priority, m.available_at, m.id) AS nth
+            SELECT m.*,
+                row_number() OVER (
+                    PARTITION BY m.grp ORDER BY m.priority, m.available_at, m.id) AS nth,
+                row_number() OVER (
+                    PARTITION BY m.grp, m.ckey ORDER BY m.priority, m.available_at, m.id) AS knth
             FROM ({candidates}) AS m
         ) AS w
-        WHERE w.grp IS NULL OR w.nth <= ($10::int[])[w.grp]
+        WHERE (w.grp IS NULL OR w.nth <= ($10::int[])[w.grp])
+          AND (w.ckey IS NULL OR w.knth <= w.kroom)
         ORDER BY w.priority, w.available_at, w.id LIMIT $2"""
 
     no_dep, ours = branch("''"), branch("$8")
@@ -249,8 +262,8 @@ def _flow_sql(s: str, now: str) -> dict[str, str]:
         # the running runs after the previous one committed, so none can over-admit.
         "limits_lock": "SELECT pg_advisory_xact_lock(hashtext($1))",
         "running_by_component": (
-            f"SELECT {_component_name('r')} AS component, count(*) AS n"
-            f" FROM {s}.runs r WHERE r.status = 'running' GROUP BY 1"
+            f"SELECT {_component_name('r')} AS component, r.concurrency_key, count(*) AS n"
+            f" FROM {s}.runs r WHERE r.status = 'running' GROUP BY 1, 2"
         ),
         "rate_windows_get": (
             f"SELECT pattern, window_start, used FROM {s}.rate_windows"
@@ -349,7 +362,7 @@ def _reap_sql(s: str, now: str) -> str:
 _INSERT_COLUMNS = (
     "id, component_type, component_id, status, attempt, max_attempts, priority, session_id, "
     "user_id, actor, configuration, deployment_id, idempotency_key, origin, created_at, "
-    "updated_at, available_at, has_request, payload"
+    "updated_at, available_at, has_request, payload, concurrency_key"
 )
 
 
@@ -379,7 +392,7 @@ def _submit_sql(s: str, now: str) -> str:
         ins AS (
             INSERT INTO {s}.runs ({_INSERT_COLUMNS})
             SELECT $1, $2, $3, 'queued', 0, $4, $5, $6, $7, $8, $9, $10, $11, $12,
-                   {now}, {now}, {now} + $13::float8, $14, $15
+                   {now}, {now}, {now} + $13::float8, $14, $15, $18::text
             WHERE NOT EXISTS (SELECT 1 FROM existing) AND NOT (SELECT is_full FROM gate)
             ON CONFLICT (idempotency_key, (coalesce(user_id, '')))
                 WHERE idempotency_key IS NOT NULL DO NOTHING
@@ -399,11 +412,12 @@ def _submit_many_sql(s: str, now: str) -> str:
     return f"""
         INSERT INTO {s}.runs ({_INSERT_COLUMNS})
         SELECT v.id, v.ct, v.ci, 'queued', 0, v.ma, v.pr, v.sid, v.uid, v.actor, v.conf,
-               v.dep, v.key, v.origin, {now}, {now}, {now} + v.delay, v.hr, v.payload
+               v.dep, v.key, v.origin, {now}, {now}, {now} + v.delay, v.hr, v.payload, v.ck
         FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::text[],
                     $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
-                    $12::text[], $13::float8[], $14::bool[], $15::bytea[])
-            AS v(id, ct, ci, ma, pr, sid, uid, actor, conf, dep, key, origin, delay, hr, payload)"""
+                    $12::text[], $13::float8[], $14::bool[], $15::bytea[], $16::text[])
+            AS v(id, ct, ci, ma, pr, sid, uid, actor, conf, dep, key, origin, delay, hr, payload,
+                 ck)"""
 
 
 def _fenced(verb: str, alias: str = "") -> str:

@@ -20,7 +20,7 @@ from runq.errors import (
     QueueFull,
     StoreUnavailable,
 )
-from runq.flow import FlowRules, FlowState, Pause, like_pattern
+from runq.flow import FlowRules, FlowState, Pause, like_pattern, split_running
 from runq.model import (
     TRANSITIONS,
     BudgetBlock,
@@ -210,7 +210,12 @@ class PostgresStore:
         run_id = new.id or new_run_id()
         # Encode before any SQL: a value that is not JSON raises InvalidPayload, nothing written.
         values = rows.insert_values(new, run_id, self._sealer, rows.encoded_payload(new))
-        args = (*values, max(max_queue_depth, 0), self.channel if wake else None)
+        args = (
+            *values,
+            max(max_queue_depth, 0),
+            self.channel if wake else None,
+            new.concurrency_key,
+        )
         for _ in range(_SUBMIT_ATTEMPTS):
             try:
                 row = await self._db.fetchrow(self._sql.submit, *args)
@@ -252,6 +257,7 @@ class PostgresStore:
                 strict=True,
             )
         ]
+        columns.append([n.concurrency_key for n in news])
         try:
             async with self._db.transaction() as con:
                 for start in range(0, len(ids), _BULK_CHUNK):
@@ -363,16 +369,26 @@ class PostgresStore:
         async with self._db.transaction() as con:
             await con.execute(sql.limits_lock, f"{self.schema}.runq.limits")
             now = float(await con.fetchval(sql.now))
-            running = flow.running_by_group(
-                (r["component"], r["n"]) for r in await con.fetch(sql.running_by_component)
-            )
+            rows_running = [
+                (r["component"], r["concurrency_key"], r["n"])
+                for r in await con.fetch(sql.running_by_component)
+            ]
+            running = flow.running_by_group((c, n) for c, _, n in rows_running)
+            keyed = flow.key_running(rows_running)
             used = [0] * len(flow.groups)
             if flow.has_rates:
                 stored = await con.fetch(sql.rate_windows_get, flow.patterns)
                 used = flow.rate_used(
                     now, {r["pattern"]: (r["window_start"], r["used"]) for r in stored}
                 )
-            gate = [flow.like_patterns, flow.room(running, used)]
+            gate = [
+                flow.like_patterns,
+                flow.room(running, used),
+                flow.per_key_max(),
+                [i + 1 for i, _, _ in keyed],  # SQL arrays count from 1
+                [key for _, key, _ in keyed],
+                [n for _, _, n in keyed],
+            ]
             dep = deployment_id or ""
             if run_id is not None:
                 found = await con.fetch(
@@ -419,10 +435,11 @@ class PostgresStore:
         sql = self._sql
         async with self._db.transaction() as con:
             now = float(await con.fetchval(sql.now))
-            running = {r["component"]: r["n"] for r in await con.fetch(sql.running_by_component)}
+            found = await con.fetch(sql.running_by_component)
             stored = await con.fetch(sql.rate_windows_get, self.flow.patterns)
+        running, keys = split_running((r["component"], r["concurrency_key"], r["n"]) for r in found)
         windows = {r["pattern"]: (r["window_start"], r["used"]) for r in stored}
-        return FlowState(now=now, running=running, windows=windows)
+        return FlowState(now=now, running=running, windows=windows, keys=keys)
 
     async def session_ahead(self, run_id: str, session_id: str) -> bool:
         return bool(await self._db.fetchval(self._sql.session_ahead, run_id, session_id))

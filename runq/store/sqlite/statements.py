@@ -12,6 +12,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from runq.flow import NO_CAP
 from runq.model import ACTIVE_STATUSES, FINAL_STATUSES, Status
 from runq.seal import SEALED_COLUMNS
 from runq.store.statements import (
@@ -168,6 +169,17 @@ def _room(group: str) -> str:
     return f"json_extract(:rooms, '$[' || {group} || ']')"
 
 
+#: Runs the run's (group, concurrency key) may still start: ``:kmax`` holds each group's
+#: ``max_running_per_key``, ``:krun`` the [group, key, running] of the keys running now.
+_KEY_ROOM = (
+    f"CASE WHEN r.concurrency_key IS NULL OR {_GROUP} IS NULL THEN {NO_CAP}"
+    f" ELSE json_extract(:kmax, '$[' || {_GROUP} || ']') - coalesce(("
+    "SELECT json_extract(k.value, '$[2]') FROM json_each(:krun) k"
+    f" WHERE json_extract(k.value, '$[0]') = {_GROUP}"
+    " AND json_extract(k.value, '$[1]') = r.concurrency_key), 0) END"
+)
+
+
 def _claim(t: str, shape: ClaimShape) -> str:
     pauses = t.removesuffix("_runs") + "_pauses"
     filters = [
@@ -181,7 +193,7 @@ def _claim(t: str, shape: ClaimShape) -> str:
     if shape.limited:
         # A group with no room is filtered inside the walk, so its runs do not fill the
         # LIMIT and the runs behind them go on.
-        filters.append(f"coalesce({_room(_GROUP)}, 1) > 0")
+        filters.append(f"coalesce({_room(_GROUP)}, 1) > 0 AND {_KEY_ROOM} > 0")
     if shape.by_id:
         filters.append("r.id = :run_id")
     if shape.sessions:
@@ -208,7 +220,11 @@ def _claim(t: str, shape: ClaimShape) -> str:
     # primary-key lookup instead.
     walk = "" if shape.by_id else f" INDEXED BY {t}_claim_idx"
 
-    group_column = f", {_GROUP} AS grp" if shape.limited else ""
+    group_column = (
+        f", {_GROUP} AS grp, r.concurrency_key AS ckey, {_KEY_ROOM} AS kroom"
+        if shape.limited
+        else ""
+    )
 
     def branch(dep: str) -> str:
         return (
@@ -233,8 +249,11 @@ def _claim(t: str, shape: ClaimShape) -> str:
         union = candidates.removeprefix("SELECT id FROM ").split(" ORDER BY priority")[0]
         candidates = (
             "SELECT id FROM (SELECT *, row_number() OVER (PARTITION BY grp"
-            f" ORDER BY priority, available_at, id) AS nth FROM {union})"
-            f" WHERE grp IS NULL OR nth <= {_room('grp')}"
+            " ORDER BY priority, available_at, id) AS nth,"
+            " row_number() OVER (PARTITION BY grp, ckey"
+            f" ORDER BY priority, available_at, id) AS knth FROM {union})"
+            f" WHERE (grp IS NULL OR nth <= {_room('grp')})"
+            " AND (ckey IS NULL OR knth <= kroom)"
             " ORDER BY priority, available_at, id LIMIT :slots"
         )
     return (
@@ -445,9 +464,10 @@ def build(schema: str) -> Statements:
             f"INSERT INTO {t} (id, component_type, component_id, status, attempt, max_attempts,"
             " priority, session_id, user_id, actor, configuration, deployment_id,"
             " idempotency_key, origin, created_at, updated_at, available_at, has_request,"
-            " payload) VALUES (:id, :component_type, :component_id, 'queued', 0, :max_attempts,"
-            " :priority, :session_id, :user_id, :actor, :configuration, :deployment_id,"
-            " :idempotency_key, :origin, :now, :now, :now + :delay, :has_request, :payload)"
+            " payload, concurrency_key) VALUES (:id, :component_type, :component_id, 'queued',"
+            " 0, :max_attempts, :priority, :session_id, :user_id, :actor, :configuration,"
+            " :deployment_id, :idempotency_key, :origin, :now, :now, :now + :delay,"
+            " :has_request, :payload, :concurrency_key)"
         ),
         claims=_claims(t),
         reap=_reap(t),
@@ -464,8 +484,8 @@ def build(schema: str) -> Statements:
 def _flow(t: str, rates: str, pauses: str) -> dict[str, str]:
     return {
         "running_by_component": (
-            f"SELECT {_COMPONENT} AS component, count(*) AS n"
-            f" FROM {t} r WHERE r.status = 'running' GROUP BY 1"
+            f"SELECT {_COMPONENT} AS component, r.concurrency_key, count(*) AS n"
+            f" FROM {t} r WHERE r.status = 'running' GROUP BY 1, 2"
         ),
         "rate_windows_get": (
             f"SELECT pattern, window_start, used FROM {rates}"

@@ -26,7 +26,7 @@ from runq.errors import (
     NotFound,
     QueueFull,
 )
-from runq.flow import FlowRules, FlowState, Pause
+from runq.flow import FlowRules, FlowState, Pause, split_running
 from runq.model import (
     TRANSITIONS,
     BudgetBlock,
@@ -140,7 +140,7 @@ class SqliteStore:
         # Encode (and seal) before the transaction: a bad payload never takes the write lock.
         encoded = rows.encoded_payload(new)
         values = rows.insert_values(new, run_id, self._sealer, encoded)
-        params: dict[str, Any] = values._asdict()
+        params: dict[str, Any] = {**values._asdict(), "concurrency_key": new.concurrency_key}
         key, user = new.idempotency_key, new.actor.user_id or ""
 
         def body(conn: sqlite3.Connection, now: float) -> tuple[Row | None, float]:
@@ -169,7 +169,12 @@ class SqliteStore:
     async def submit_many(self, news: Sequence[NewRun]) -> list[str]:
         ids = [new.id or new_run_id() for new in news]
         batch = [
-            rows.insert_values(new, run_id, self._sealer, rows.encoded_payload(new))._asdict()
+            {
+                **rows.insert_values(
+                    new, run_id, self._sealer, rows.encoded_payload(new)
+                )._asdict(),
+                "concurrency_key": new.concurrency_key,
+            }
             for new, run_id in zip(news, ids, strict=True)
         ]
 
@@ -318,9 +323,13 @@ class SqliteStore:
         """Count what runs and what each rate window has spent, claim within the room left,
         and count the starts into the rate windows, all in the claim's transaction."""
         flow, q = self.flow, self._sql
-        running = flow.running_by_group(
-            (r["component"], r["n"]) for r in conn.execute(q.running_by_component)
-        )
+        rows_running = [
+            (r["component"], r["concurrency_key"], r["n"])
+            for r in conn.execute(q.running_by_component)
+        ]
+        running = flow.running_by_group((c, n) for c, _, n in rows_running)
+        params["kmax"] = _json.encode(flow.per_key_max()).decode()
+        params["krun"] = _json.encode(flow.key_running(rows_running)).decode()
         used = [0] * len(flow.groups)
         if flow.has_rates:
             stored = conn.execute(q.rate_windows_get, (_json.encode(flow.patterns).decode(),))
@@ -370,10 +379,11 @@ class SqliteStore:
         q, patterns = self._sql, _json.encode(self.flow.patterns).decode()
 
         def body(conn: sqlite3.Connection, now: float) -> FlowState:
-            running = {r["component"]: r["n"] for r in conn.execute(q.running_by_component)}
+            found = conn.execute(q.running_by_component)
+            running, keys = split_running((r[0], r[1], r[2]) for r in found)
             stored = conn.execute(q.rate_windows_get, (patterns,))
             windows = {r["pattern"]: (r["window_start"], r["used"]) for r in stored}
-            return FlowState(now=now, running=running, windows=windows)
+            return FlowState(now=now, running=running, windows=windows, keys=keys)
 
         return await self._read(body)
 

@@ -17,3 +17,5 @@ CREATE TABLE IF NOT EXISTS {schema}.rate_windows (
     window_start DOUBLE PRECISION NOT NULL,
     used INTEGER NOT NULL
 );
+-- A run's concurrency key: [limits] max_running_per_key counts running runs per key.
+ALTER TABLE {schema}.runs ADD COLUMN IF NOT EXISTS concurrency_key TEXT;

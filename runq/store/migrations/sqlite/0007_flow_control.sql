@@ -16,3 +16,5 @@ CREATE TABLE IF NOT EXISTS {schema}_rate_windows (
     window_start REAL NOT NULL,
     used INTEGER NOT NULL
 );
+-- A run's concurrency key: [limits] max_running_per_key counts running runs per key.
+ALTER TABLE {schema}_runs ADD COLUMN concurrency_key TEXT;
