@@ -58,6 +58,15 @@ _BULK_CHUNK = 5000
 _SUBMIT_ATTEMPTS = 3
 
 
+def _running(found: Sequence[Any]) -> tuple[float, list[tuple[str, str | None, int]]]:
+    """(the clock, running counts) from ``running_by_component``: its first row carries
+    the clock and no component."""
+    now = next(float(r["now"]) for r in found if r["component"] is None)
+    return now, [
+        (r["component"], r["concurrency_key"], r["n"]) for r in found if r["component"] is not None
+    ]
+
+
 def _pause(row: Any) -> Pause:
     return Pause(
         id=row["id"],
@@ -368,11 +377,7 @@ class PostgresStore:
         sql, flow = self._sql, self.flow
         async with self._db.transaction() as con:
             await con.execute(sql.limits_lock, f"{self.schema}.runq.limits")
-            now = float(await con.fetchval(sql.now))
-            rows_running = [
-                (r["component"], r["concurrency_key"], r["n"])
-                for r in await con.fetch(sql.running_by_component)
-            ]
+            now, rows_running = _running(await con.fetch(sql.running_by_component))
             running = flow.running_by_group((c, n) for c, _, n in rows_running)
             keyed = flow.key_running(rows_running)
             used = [0] * len(flow.groups)
@@ -434,10 +439,9 @@ class PostgresStore:
     async def flow_state(self) -> FlowState:
         sql = self._sql
         async with self._db.transaction() as con:
-            now = float(await con.fetchval(sql.now))
-            found = await con.fetch(sql.running_by_component)
+            now, found = _running(await con.fetch(sql.running_by_component))
             stored = await con.fetch(sql.rate_windows_get, self.flow.patterns)
-        running, keys = split_running((r["component"], r["concurrency_key"], r["n"]) for r in found)
+        running, keys = split_running(found)
         windows = {r["pattern"]: (r["window_start"], r["used"]) for r in stored}
         return FlowState(now=now, running=running, windows=windows, keys=keys)
 
