@@ -158,6 +158,18 @@ async def test_pause_stops_claims_and_resume_restarts_them(
             assert run.started_at is not None
             assert run.started_at < paused_at  # started before the pause, not cancelled
 
+        for bad in (
+            {"component": "task/*", "deployment": "blue"},
+            {},
+            {"component": "Not A Pattern"},
+            {"deployment": "x" * 201},
+            {"component": "task/*", "reason": "r" * 1001},
+            {"component": "task/*", "extra": 1},
+        ):
+            refused = await server.request("POST", "/queue/pauses", json=bad)
+            assert refused.status_code == 400, (bad, refused.text)
+        missing = await server.request("DELETE", "/queue/pauses/no-such-pause")
+        assert missing.status_code == 404, missing.text
         resumed = await server.request("DELETE", f"/queue/pauses/{pause['id']}")
         assert resumed.status_code == 200, resumed.text
         await wait_for(
