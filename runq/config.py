@@ -195,6 +195,17 @@ class ScheduleConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return self.component.partition("/")[2]
 
 
+class LimitConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``[limits."pattern"]``: fleet-wide admission rules for the components it matches."""
+
+    #: Runs of the matched components running at once across every replica.
+    max_running: int | None = None
+    #: Runs sharing one ``concurrency_key`` running at once (runs without a key are free).
+    max_running_per_key: int | None = None
+    #: Starts per period, ``"N/second"``, ``"N/minute"`` or ``"N/hour"``.
+    rate: str | None = None
+
+
 class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     store: StoreConfig = StoreConfig()
     queue: QueueConfig = QueueConfig()
@@ -207,13 +218,14 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     routing: dict[str, str] = {}
     components: dict[str, str | dict[str, Any]] = {}
     schedules: tuple[ScheduleConfig, ...] = ()
+    limits: dict[str, LimitConfig] = {}
 
     def with_store_url(self, url: str) -> Config:
         return msgspec.structs.replace(self, store=msgspec.structs.replace(self.store, url=url))
 
 
 #: Sections whose keys are free-form (maps), not fixed fields.
-_FREE_SECTIONS = frozenset({"routing", "components", "schedules"})
+_FREE_SECTIONS = frozenset({"routing", "components", "schedules", "limits"})
 
 
 def _struct_fields(struct_type: type[msgspec.Struct]) -> dict[str, Any]:
@@ -274,6 +286,22 @@ def _check_free_section(name: str, table: Any) -> None:
             raise ConfigError(key, f"must be a transport name ({', '.join(TRANSPORTS)})")
         if name == "components" and not isinstance(value, str | Mapping):
             raise ConfigError(key, "must be 'module:function' or a table with a kind")
+        if name == "limits":
+            if not isinstance(value, Mapping):
+                raise ConfigError(key, "must be a table (max_running, max_running_per_key, rate)")
+            _check_table(key, value, LimitConfig)
+            _check_limit_types(key, value)
+
+
+def _check_limit_types(key: str, table: Mapping[str, Any]) -> None:
+    """Named here: msgspec's own message would say ``limits[...]``."""
+    for name in ("max_running", "max_running_per_key"):
+        value = table.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ConfigError(f"{key}.{name}", f"{value!r} must be a whole number")
+    rate = table.get("rate")
+    if rate is not None and not isinstance(rate, str):
+        raise ConfigError(f"{key}.rate", f"{rate!r} must be a string like '100/minute'")
 
 
 def _check_table(prefix: str, table: Mapping[str, Any], struct: type[msgspec.Struct]) -> None:
@@ -464,6 +492,7 @@ def validate(config: Config) -> None:
     _validate_routing(config)
     _validate_components(config.components)
     _validate_schedules(config.schedules)
+    _validate_limits(config.limits)
 
 
 def _validate_finite(config: Config) -> None:
@@ -625,7 +654,7 @@ def _validate_routing(config: Config) -> None:
             transport in TRANSPORTS, key, f"{transport!r} is not one of {', '.join(TRANSPORTS)}"
         )
         _require(
-            pattern == "*" or bool(re.match(r"^[a-z]+/(\*|[\w.\-*]+)$", pattern)),
+            is_component_pattern(pattern),
             key,
             "a pattern is '*', 'type/*' or 'type/id'",
         )
@@ -633,6 +662,50 @@ def _validate_routing(config: Config) -> None:
             _require(
                 engine == "postgres", key, "the postgres transport needs a PostgreSQL store.url"
             )
+
+
+#: A component pattern as in ``[routing]`` and ``[limits]``: ``*``, ``type/*``, ``type/id``.
+COMPONENT_PATTERN_RE = re.compile(r"^[a-z]+/(\*|[\w.\-*]+)$")
+#: Seconds per rate period.
+RATE_PERIODS = {"second": 1.0, "minute": 60.0, "hour": 3600.0}
+_RATE_RE = re.compile(r"^\s*(\d+)\s*/\s*(second|minute|hour)\s*$")
+
+
+def parse_rate(text: str) -> tuple[int, float]:
+    """``"100/minute"`` → (100, 60.0); ValueError for anything else."""
+    m = _RATE_RE.match(text)
+    if m is None or int(m.group(1)) < 1:
+        raise ValueError(f"{text!r} is not 'N/second', 'N/minute' or 'N/hour' with N >= 1")
+    return int(m.group(1)), RATE_PERIODS[m.group(2)]
+
+
+def is_component_pattern(pattern: str) -> bool:
+    return pattern == "*" or bool(COMPONENT_PATTERN_RE.match(pattern))
+
+
+def _validate_limits(limits: Mapping[str, LimitConfig]) -> None:
+    for pattern, limit in limits.items():
+        key = f'limits."{pattern}"'
+        _require(is_component_pattern(pattern), key, "a pattern is '*', 'type/*' or 'type/id'")
+        _require(
+            limit.max_running is not None
+            or limit.max_running_per_key is not None
+            or limit.rate is not None,
+            key,
+            "set max_running, max_running_per_key or rate",
+        )
+        for name in ("max_running", "max_running_per_key"):
+            value = getattr(limit, name)
+            _require(
+                value is None or 1 <= value <= 1_000_000,
+                f"{key}.{name}",
+                f"{value} must be between 1 and 1000000",
+            )
+        if limit.rate is not None:
+            try:
+                parse_rate(limit.rate)
+            except ValueError as e:
+                raise ConfigError(f"{key}.rate", str(e)) from e
 
 
 def _validate_components(components: Mapping[str, Any]) -> None:

@@ -127,3 +127,15 @@ SCHEDULE_NEXT_FIRE = Gauge(
     ["schedule"],
     registry=REGISTRY,
 )
+HELD_RUNS = Gauge(
+    "runq_held_runs",
+    "Queued runs held back, by reason: delayed, paused, limit, rate, no_worker.",
+    ["reason"],
+    registry=REGISTRY,
+)
+PAUSE_AGE = Gauge(
+    "runq_pause_age_seconds",
+    "Age of each active fleet-wide pause, by kind (component, deployment) and target.",
+    ["kind", "target"],
+    registry=REGISTRY,
+)

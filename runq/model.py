@@ -119,6 +119,8 @@ class NewRun(msgspec.Struct, kw_only=True):
     id: str | None = None
     #: Unique runs: at most one run per (component, key) counts at a time, fleet-wide.
     unique: UniqueSpec | None = None
+    #: Runs sharing a key count together against ``[limits] max_running_per_key``.
+    concurrency_key: str | None = None
 
 
 class Run(msgspec.Struct, kw_only=True):
@@ -156,6 +158,7 @@ class Run(msgspec.Struct, kw_only=True):
     resume: Resume | None = None
     tokens: int = 0
     cost: float = 0.0
+    concurrency_key: str | None = None
 
     @property
     def component(self) -> str:
@@ -276,6 +279,30 @@ class Stats(msgspec.Struct, kw_only=True):
 
     counts: dict[str, int]
     oldest_queued_age_seconds: float | None
+    #: Active fleet-wide pauses, oldest first.
+    pauses: list[Pause] = []
+
+
+class Pause(msgspec.Struct, frozen=True, kw_only=True):
+    """A fleet-wide pause of a component pattern or of a deployment."""
+
+    id: str
+    kind: str  # "component" | "deployment"
+    target: str
+    reason: str | None
+    created_by: str | None
+    created_at: float
+
+
+class WaitReason(msgspec.Struct, frozen=True, kw_only=True):
+    """Why a queued run is not running yet: ``kind`` is delayed, paused, limit, rate,
+    budget, session or no_worker; ``message`` says it in words; ``until`` is when the
+    hold ends, when that is known."""
+
+    kind: str
+    message: str
+    pattern: str | None = None
+    until: float | None = None
 
 
 class QueueHealth(msgspec.Struct, kw_only=True):
@@ -321,6 +348,9 @@ class JobView(msgspec.Struct, kw_only=True):
     priority: int
     termination_reason: TerminationReason | None
     pause_reason: str | None
+    #: A queued job's reason for waiting, when it has one.
+    waiting: WaitReason | None = None
+    concurrency_key: str | None = None
 
     @classmethod
     def from_run(cls, run: Run) -> JobView:
@@ -346,6 +376,7 @@ class JobView(msgspec.Struct, kw_only=True):
             priority=run.priority,
             termination_reason=run.termination_reason,
             pause_reason=run.pause_reason,
+            concurrency_key=run.concurrency_key,
         )
 
 

@@ -22,8 +22,9 @@ import anyio
 from anyio.abc import TaskGroup
 
 from runq.components import ComponentRegistry
-from runq.config import Config, load_config
+from runq.config import LIVE_WORKER_SECONDS, Config, load_config
 from runq.errors import BadRequest, StoreUnavailable, UnknownComponent
+from runq.flow.waits import WaitInputs, explain
 from runq.log import get_logger
 from runq.metrics import SUBMISSIONS
 from runq.model import (
@@ -37,6 +38,7 @@ from runq.model import (
     Status,
     SubmitResult,
     UniqueSpec,
+    WaitReason,
 )
 from runq.store import open_store
 from runq.store.base import Store
@@ -201,6 +203,7 @@ class Queue:
         unique_key: str | None = None,
         unique_for_seconds: float | None = None,
         unique_states: Sequence[Status | str] | None = None,
+        concurrency_key: str | None = None,
     ) -> NewRun:
         """A ``NewRun`` with this queue's defaults (``max_attempts``, this replica's
         ``deployment_id``), validated.
@@ -229,6 +232,7 @@ class Queue:
             origin=origin,
             save_request=save_request,
             unique=unique_spec(unique_key, unique_for_seconds, unique_states),
+            concurrency_key=concurrency_key,
         )
 
     def _check_component(self, component_type: str, component_id: str) -> None:
@@ -417,7 +421,28 @@ class Queue:
         )
 
     async def stats(self) -> Stats:
-        return await self.store.stats()
+        stats = await self.store.stats()
+        stats.pauses = await self.store.list_pauses()
+        return stats
+
+    async def why_waiting(self, run: Run) -> WaitReason | None:
+        """A queued run's reason for waiting (None when nothing holds it back)."""
+        if run.status is not Status.QUEUED:
+            return None
+        store = self.store
+        served = True
+        if run.deployment_id:
+            workers = await store.list_workers(max_age_seconds=LIVE_WORKER_SECONDS)
+            served = any(w.deployment_id == run.deployment_id for w in workers)
+        inputs = WaitInputs(
+            state=await store.flow_state(),
+            pauses=await store.list_pauses(),
+            session_ahead=bool(run.session_id)
+            and self.config.queue.serialize_sessions
+            and await store.session_ahead(run.id, run.session_id or ""),
+            deployment_served=served,
+        )
+        return explain(run, store.flow, inputs)
 
 
 def _notifier_for(store: Store, tg: TaskGroup) -> Notifier | None:

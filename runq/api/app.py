@@ -24,6 +24,7 @@ from runq.api.json_body import JsonRequest
 from runq.api.problems import handle_exception
 from runq.api.routes_bulk import bulk_router
 from runq.api.routes_health import health_handlers
+from runq.api.routes_pauses import pauses_router
 from runq.api.routes_queue import queue_router
 from runq.api.routes_runs import runs_router
 from runq.api.routes_schedules import schedules_router
@@ -50,6 +51,7 @@ def create_app(
             queue_router(secured=secured),
             bulk_router(secured=secured),
             schedules_router(secured=secured),
+            pauses_router(secured=secured),
             *health_handlers,
             *extra_routes,
         ],

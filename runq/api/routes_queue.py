@@ -77,7 +77,9 @@ async def get_job(job_id: JobId, services: Services) -> JobView:
     run = await services.queue.get(job_id) if is_plausible_id(job_id) else None
     if run is None:
         raise NotFound("no such job")
-    return JobView.from_run(run)
+    view = JobView.from_run(run)
+    view.waiting = await services.queue.why_waiting(run)
+    return view
 
 
 @post(

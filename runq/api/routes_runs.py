@@ -142,6 +142,7 @@ def _new_run(
         unique_key=data.unique_key,
         unique_for_seconds=data.unique_for_seconds,
         unique_states=data.unique_states,
+        concurrency_key=data.concurrency_key,
     )
     if data.deployment_id == "":
         # An explicit "" means "no deployment" (any worker), as in the config key; only an
@@ -193,7 +194,10 @@ def _out(identity: Identity, run: Run) -> RunOut:
     responses=error_responses(400, 401, 404, 503),
 )
 async def read_run(run_id: RunId, services: Services, identity: CurrentIdentity) -> RunOut:
-    return _out(identity, await _visible_run(services, identity, run_id))
+    run = await _visible_run(services, identity, run_id)
+    out = _out(identity, run)
+    out.waiting = await services.queue.why_waiting(run)
+    return out
 
 
 @post(

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from runq.model import JobView, Page, Run, Status, TerminationReason
+from runq.model import JobView, Page, Run, Status, TerminationReason, WaitReason
 
 #: Longest ``Idempotency-Key`` accepted; a longer one is answered 422 (issue #1).
 MAX_IDEMPOTENCY_KEY_CHARS = 512
@@ -58,6 +58,8 @@ class RunSubmission(Struct, kw_only=True, forbid_unknown_fields=True):
     #: caller without the admin scope (who may only ask for priorities in that range).
     priority: Annotated[int, Meta(ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)] | None = None
     delay_seconds: Annotated[float, Meta(ge=0, le=MAX_DELAY_SECONDS)] = 0.0
+    #: Runs sharing a key count together against ``[limits] max_running_per_key``.
+    concurrency_key: Name | None = None
     #: False: follow the routing rule; on a ``sync`` route the run executes in the request.
     background: bool = True
     #: Unique runs: while a run of this component with this key counts (its status is in
@@ -119,6 +121,8 @@ class RunOut(Struct, kw_only=True):
     cancel_requested: bool
     payload: Any | UnsetType = UNSET
     answer: Any | UnsetType = UNSET
+    waiting: WaitReason | None = None
+    concurrency_key: str | None = None
 
     @classmethod
     def from_run(cls, run: Run, *, with_content: bool) -> RunOut:

@@ -19,6 +19,7 @@ import click
 from runq.cli.jobs import jobs
 from runq.cli.keys import keys
 from runq.cli.options import GlobalOptions, shared_options
+from runq.cli.pauses import pause_cmd, pauses_cmd, resume_cmd
 from runq.cli.schedules import schedules
 from runq.cli.serve import migrate_cmd, purge_cmd, reap_cmd, serve_cmd, work_cmd
 from runq.cli.status import status_cmd
@@ -56,6 +57,9 @@ for command in (
     jobs,
     keys,
     schedules,
+    pause_cmd,
+    resume_cmd,
+    pauses_cmd,
 ):
     cli.add_command(command)
 

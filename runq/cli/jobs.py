@@ -11,7 +11,7 @@ import click
 from runq.cli.ids import resolve_run_id
 from runq.cli.options import CliContext, common_options, read_json_arg, run_async
 from runq.cli.render import echo_json, job_row, new_console, print_report, print_run
-from runq.model import JobView, Page, Run, Status
+from runq.model import JobView, Page, Run, Status, WaitReason
 
 if TYPE_CHECKING:
     from runq.queue import Queue
@@ -96,12 +96,18 @@ async def _one(
 @click.option("--json", "as_json", is_flag=True)
 @common_options
 def jobs_show(cli_ctx: CliContext, run_id: str, as_json: bool) -> None:
-    """One run, all fields."""
-    run = run_async(lambda: _one(cli_ctx, run_id, lambda q, full: q.get(full)))
+    """One run, all fields, and a queued run's reason for waiting."""
+
+    async def go() -> tuple[Run | None, WaitReason | None]:
+        async with cli_ctx.queue() as q:
+            run = await q.get(await resolve_run_id(q.store, run_id))
+            return run, (await q.why_waiting(run) if run is not None else None)
+
+    run, waiting = run_async(go)
     if run is None:
         click.echo(f"runq: no run {run_id}", err=True)
         sys.exit(1)
-    print_run(run, as_json)
+    print_run(run, as_json, waiting=waiting)
 
 
 @jobs.command("requeue")

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import msgspec
 
-from runq.model import JobView, Run, Status
+from runq.model import JobView, Run, Status, WaitReason
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -43,9 +43,9 @@ def job_row(run: Run) -> list[str]:
     ]
 
 
-def print_run(run: Run, as_json: bool) -> None:
+def print_run(run: Run, as_json: bool, *, waiting: WaitReason | None = None) -> None:
     if as_json:
-        echo_json(run)
+        echo_json({**msgspec.to_builtins(run), "waiting": msgspec.to_builtins(waiting)})
         return
     from rich.table import Table
 
@@ -54,6 +54,7 @@ def print_run(run: Run, as_json: bool) -> None:
     table.add_column("value")
     view = msgspec.to_builtins(JobView.from_run(run))
     view["answer"] = run.answer
+    view["waiting"] = waiting.message if waiting is not None else None
     for key, value in view.items():
         if key.endswith("_at") and isinstance(value, int | float):
             value = f"{format_time(value)} ({value:.3f})"

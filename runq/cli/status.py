@@ -17,10 +17,11 @@ from runq.cli.options import (
     leaf_errors,
     run_async,
 )
+from runq.cli.pauses import print_pauses
 from runq.cli.render import echo_json, new_console
 from runq.config import LIVE_WORKER_SECONDS
 from runq.errors import ConfigError
-from runq.model import QueueHealth, Status
+from runq.model import Pause, QueueHealth, Status
 
 
 def _problems(health: QueueHealth, *, max_queue_wait: float, minimum_workers: int) -> list[str]:
@@ -84,15 +85,15 @@ def status_cmd(
         sys.exit(EXIT_USAGE)
     lock_grace = cli_ctx.config.queue.lock_grace_seconds
 
-    async def go() -> QueueHealth:
+    async def go() -> tuple[QueueHealth, list[Pause]]:
         async with cli_ctx.queue() as q:
             result: QueueHealth = await q.store.health(
                 lock_grace_seconds=lock_grace, worker_max_age_seconds=worker_max_age
             )
-            return result
+            return result, await q.store.list_pauses()
 
     try:
-        health = run_async(go)
+        health, pauses = run_async(go)
     except BaseException as e:
         if first_error(e, ConfigError) is not None or isinstance(e, KeyboardInterrupt):
             raise
@@ -105,7 +106,15 @@ def status_cmd(
     problems = _problems(health, max_queue_wait=max_queue_wait, minimum_workers=minimum_workers)
     if as_json:
         body = msgspec.to_builtins(health)
-        echo_json({"healthy": not problems, "problems": problems, **body})
+        echo_json(
+            {
+                "healthy": not problems,
+                "problems": problems,
+                **body,
+                "pauses": msgspec.to_builtins(pauses),
+            }
+        )
     else:
         _print_status(health, problems)
+        print_pauses(pauses)
     sys.exit(EXIT_UNHEALTHY if problems else 0)

@@ -37,6 +37,9 @@ def submit_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             multiple=True,
             help="Statuses that count (repeat; default: all).",
         ),
+        click.option(
+            "--concurrency-key", default=None, help="Counted by [limits] max_running_per_key."
+        ),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -65,6 +68,7 @@ def _submit(cli_ctx: CliContext, background: bool, **opts: Any) -> None:
                 unique_key=opts["unique_key"],
                 unique_for_seconds=opts["unique_for"],
                 unique_states=opts["unique_states"] or None,
+                concurrency_key=opts["concurrency_key"],
             )
             result, run = await q.submit(new, background=background)
             final: Run = run if run is not None else result.run

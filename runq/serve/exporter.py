@@ -15,11 +15,14 @@ import anyio
 from prometheus_client import generate_latest
 
 from runq.config import LIVE_WORKER_SECONDS, Config
+from runq.flow.waits import held_counts
 from runq.log import get_logger
 from runq.metrics import (
     EXPIRED_LEASES,
+    HELD_RUNS,
     LIVE_WORKERS,
     OLDEST_QUEUED_AGE,
+    PAUSE_AGE,
     REGISTRY,
     RUNS,
     STORE_ERRORS,
@@ -76,7 +79,27 @@ class Exporter:
                 log.warning("exporter.refresh_failed", error=str(e) or type(e).__name__)
                 return
             self._apply(health)
+            try:
+                await self._refresh_flow()
+            except Exception as e:
+                STORE_ERRORS.labels(service="exporter").inc()
+                log.warning("exporter.flow_refresh_failed", error=str(e) or type(e).__name__)
             self._refreshed_at = time.monotonic()
+
+    async def _refresh_flow(self) -> None:
+        """Held-back runs by reason and the age of each pause: a few grouped reads per
+        refresh, never a per-claim cost."""
+        store = self.store
+        pauses = await store.list_pauses()
+        state = await store.flow_state()
+        workers = await store.list_workers(max_age_seconds=self.config.worker_max_age_seconds)
+        served = {w.deployment_id for w in workers if w.deployment_id}
+        counts = held_counts(await store.queued_by_component(), store.flow, state, pauses, served)
+        for reason, n in counts.items():
+            HELD_RUNS.labels(reason=reason).set(n)
+        PAUSE_AGE.clear()
+        for p in pauses:
+            PAUSE_AGE.labels(kind=p.kind, target=p.target).set(max(state.now - p.created_at, 0))
 
     def _apply(self, health: QueueHealth) -> None:
         for status in Status:

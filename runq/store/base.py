@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from runq.flow import FlowRules, FlowState, Pause
 from runq.model import (
     BudgetBlock,
     ClaimedRuns,
@@ -48,6 +49,8 @@ class Store(Protocol):
     supports_listen: bool
     #: Added to the database clock everywhere; tests use it to jump time. Never set in production.
     clock_offset_seconds: float
+    #: ``[limits]`` every claim of this process applies (empty: no limits).
+    flow: FlowRules
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -279,3 +282,31 @@ class Store(Protocol):
     async def prune_schedule_slots(self, name: str, *, before: float) -> int:
         """Delete the schedule's slot rows older than ``before``; returns how many. Slots
         behind the cursor are never fired again, so old rows are history only."""
+
+    # -- flow control ------------------------------------------------------------------
+
+    async def add_pause(
+        self, kind: str, target: str, *, reason: str | None, created_by: str | None
+    ) -> tuple[Pause, bool]:
+        """Pause a component pattern (``kind = "component"``) or a deployment fleet-wide:
+        every claim skips matching queued runs from the next statement on; runs already
+        running go on. Returns (the pause, created); pausing a paused target returns the
+        existing pause with ``created = False``."""
+
+    async def remove_pause(self, key: str, *, kind: str = "", target: str = "") -> Pause | None:
+        """Resume: delete the pause with id ``key``, or the one of (``kind``, ``target``).
+        None when there was none."""
+
+    async def list_pauses(self) -> list[Pause]:
+        """Active pauses, oldest first."""
+
+    async def flow_state(self) -> FlowState:
+        """The database clock, running runs per component and the rate windows of
+        ``flow``'s patterns, read together (to say why a run waits)."""
+
+    async def session_ahead(self, run_id: str, session_id: str) -> bool:
+        """True when the session rule holds ``run_id`` back."""
+
+    async def queued_by_component(self) -> list[tuple[str, str, int, int]]:
+        """Queued runs per (component, deployment id or ''): (component, deployment,
+        ready now, delayed). For the exporter's held-back counts."""

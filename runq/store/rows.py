@@ -179,6 +179,7 @@ def fresh_run(new: NewRun, values: InsertValues, encoded: bytes | None, now: flo
         non_idempotent=False,
         has_request=new.save_request,
         payload=msgspec.json.decode(encoded) if encoded is not None else None,
+        concurrency_key=new.concurrency_key,
     )
 
 
@@ -240,6 +241,7 @@ def row_to_run(row: RowLike, sealer: Sealer) -> Run:
         resume=resume,
         tokens=row["tokens"],
         cost=row["cost"],
+        concurrency_key=row["concurrency_key"],
     )
 
 

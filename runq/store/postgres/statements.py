@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from runq.flow import NO_CAP
 from runq.model import ACTIVE_STATUSES, FINAL_STATUSES, Status
 from runq.store.statements import (
     fenced,
@@ -91,6 +92,23 @@ class Statements:
     reseal_update: str
     notify: str
     ids_with_prefix: str
+    # -- flow control: limits, rate windows, pauses ------------------------------------
+    claim_limited: str
+    claim_limited_affinity: str
+    claim_limited_one: str
+    limits_lock: str
+    running_by_component: str
+    rate_windows_get: str
+    rate_windows_bump: str
+    pause_insert: str
+    pause_delete: str
+    pause_list: str
+    session_ahead: str
+    queued_by_component: str
+
+
+def _component_name(alias: str) -> str:
+    return f"({alias}.component_type || '/' || {alias}.component_id)"
 
 
 def _claim_filters(s: str, now: str, first: int) -> str:
@@ -112,7 +130,11 @@ def _claim_filters(s: str, now: str, first: int) -> str:
         AND coalesce(r.configuration, '') <> ALL({confs}::text[])
         AND NOT EXISTS (
             SELECT 1 FROM unnest({pu}::text[], {pc}::text[]) AS b(u, c)
-            WHERE b.u = coalesce(r.user_id, '') AND b.c = coalesce(r.configuration, ''))"""
+            WHERE b.u = coalesce(r.user_id, '') AND b.c = coalesce(r.configuration, ''))
+        AND NOT EXISTS (
+            SELECT 1 FROM {s}.pauses p
+            WHERE (p.kind = 'deployment' AND p.target = r.deployment_id)
+               OR (p.kind = 'component' AND {_component_name("r")} LIKE p.like_pattern))"""
 
 
 def _claim_update(s: str, now: str, candidates: str) -> str:
@@ -171,6 +193,127 @@ def _claim_sql(s: str, now: str) -> tuple[str, str, str]:
     )
 
 
+def _limited_claim_sql(s: str, now: str) -> tuple[str, str, str]:
+    """The claim variants used while ``[limits]`` are configured: (no deployment, with a
+    deployment, one run by id).
+
+    Parameters as in ``_claim_sql`` ($8 the deployment, '' when none), then $9 the limit
+    patterns in LIKE form, most specific first, and $10 each pattern's room (runs it may
+    still start); $11 each pattern's ``max_running_per_key`` and, for the keys running now,
+    $12 group, $13 key, $14 running count. A run's group is the first pattern it matches.
+    Runs of a group (or key) with no room are filtered inside the index walk, so they
+    neither fill the LIMIT nor hold up the runs behind them; among the candidates, at most
+    ``room`` per group and per key are taken. Callers hold the limits lock, so the room
+    they computed cannot be spent by another claimer before this statement commits.
+    """
+    filters = _claim_filters(s, now, 3)
+    group = f"""(SELECT p.i FROM unnest($9::text[]) WITH ORDINALITY AS p(pat, i)
+               WHERE {_component_name("r")} LIKE p.pat ORDER BY p.i LIMIT 1)"""
+    key_room = f"""CASE WHEN r.concurrency_key IS NULL OR g.i IS NULL THEN {NO_CAP}
+        ELSE ($11::int[])[g.i] - coalesce((
+            SELECT k.n FROM unnest($12::int[], $13::text[], $14::int[]) AS k(g, key, n)
+            WHERE k.g = g.i AND k.key = r.concurrency_key), 0) END"""
+    has_room = f"coalesce(($10::int[])[g.i], 1) > 0 AND {key_room} > 0"
+    columns = (
+        f"r.id, r.priority, r.available_at, g.i AS grp, r.concurrency_key AS ckey,"
+        f" {key_room} AS kroom"
+    )
+
+    def branch(dep: str) -> str:
+        return (
+            f"SELECT {columns} FROM {s}.runs r CROSS JOIN LATERAL (SELECT {group} AS i) g "
+            f"WHERE r.status = 'queued' AND r.deployment_id = {dep} AND {filters} "
+            f"AND {has_room} "
+            "ORDER BY r.priority, r.available_at, r.id LIMIT $2 FOR UPDATE OF r SKIP LOCKED"
+        )
+
+    def capped(candidates: str) -> str:
+        return f"""
+        SELECT w.id FROM (
+            SELECT m.*,
+                row_number() OVER (
+                    PARTITION BY m.grp ORDER BY m.priority, m.available_at, m.id) AS nth,
+                row_number() OVER (
+                    PARTITION BY m.grp, m.ckey ORDER BY m.priority, m.available_at, m.id) AS knth
+            FROM ({candidates}) AS m
+        ) AS w
+        WHERE (w.grp IS NULL OR w.nth <= ($10::int[])[w.grp])
+          AND (w.ckey IS NULL OR w.knth <= w.kroom)
+        ORDER BY w.priority, w.available_at, w.id LIMIT $2"""
+
+    no_dep, ours = branch("''"), branch("$8")
+    # ``$8`` is named in every variant so the parameters keep one numbering.
+    plain = capped(f"SELECT * FROM ({no_dep}) AS a WHERE $8::text IS NOT NULL")
+    merged = capped(f"SELECT * FROM ({no_dep}) AS a UNION ALL SELECT * FROM ({ours}) AS b")
+    one = capped(
+        f"SELECT {columns} FROM {s}.runs r CROSS JOIN LATERAL (SELECT {group} AS i) g "
+        f"WHERE r.id = $2 AND r.status = 'queued' AND r.deployment_id IN ('', $8) "
+        f"AND {filters} AND {has_room} FOR UPDATE OF r SKIP LOCKED"
+    ).replace("LIMIT $2", "LIMIT 1")
+    return (
+        _claim_update(s, now, plain),
+        _claim_update(s, now, merged),
+        _claim_update(s, now, one),
+    )
+
+
+def _flow_sql(s: str, now: str) -> dict[str, str]:
+    return {
+        # One lock per schema serializes the claimers that apply limits: each one counts
+        # the running runs after the previous one committed, so none can over-admit.
+        "limits_lock": "SELECT pg_advisory_xact_lock(hashtext($1))",
+        # The clock rides along (a first row with no component), saving a round trip
+        # inside the limits lock.
+        "running_by_component": (
+            f"SELECT {now} AS now, NULL::text AS component, NULL::text AS concurrency_key,"
+            " 0::bigint AS n UNION ALL"
+            f" SELECT NULL, {_component_name('r')}, r.concurrency_key, count(*)"
+            f" FROM {s}.runs r WHERE r.status = 'running' GROUP BY 2, 3"
+        ),
+        "rate_windows_get": (
+            f"SELECT pattern, window_start, used FROM {s}.rate_windows"
+            " WHERE pattern = ANY($1::text[])"
+        ),
+        # $1 patterns, $2 window starts, $3 starts to add; a new window starts over.
+        "rate_windows_bump": f"""
+            INSERT INTO {s}.rate_windows AS w (pattern, window_start, used)
+            SELECT * FROM unnest($1::text[], $2::float8[], $3::int[])
+            ON CONFLICT (pattern) DO UPDATE SET
+                used = CASE WHEN w.window_start = EXCLUDED.window_start
+                            THEN w.used + EXCLUDED.used ELSE EXCLUDED.used END,
+                window_start = EXCLUDED.window_start""",
+        # $1 id, $2 kind, $3 target, $4 LIKE form, $5 reason, $6 by. A second pause of the
+        # same target returns the existing row.
+        "pause_insert": f"""
+            WITH ins AS (
+                INSERT INTO {s}.pauses (id, kind, target, like_pattern, reason, created_by,
+                                        created_at)
+                VALUES ($1, $2, $3, $4, $5, $6, {now})
+                ON CONFLICT (kind, target) DO NOTHING
+                RETURNING *, true AS created
+            )
+            SELECT * FROM ins
+            UNION ALL
+            SELECT *, false AS created FROM {s}.pauses WHERE kind = $2 AND target = $3
+              AND NOT EXISTS (SELECT 1 FROM ins)""",
+        "pause_delete": f"DELETE FROM {s}.pauses WHERE id = $1 OR (kind = $2 AND target = $3)"
+        " RETURNING *",
+        "pause_list": f"SELECT * FROM {s}.pauses ORDER BY created_at, id",
+        # The session rule for one run ($1 id, $2 session): an older active run of its
+        # session, or one running or paused, holds it back.
+        "session_ahead": f"""
+            SELECT EXISTS (SELECT 1 FROM {s}.runs o
+            WHERE o.session_id = $2 AND o.status IN ({_ACTIVE}) AND o.id <> $1
+              AND (o.id < $1 OR o.status <> 'queued'))""",
+        # Queued runs per (component, deployment): ready now, and delayed.
+        "queued_by_component": f"""
+            SELECT {_component_name("r")} AS component, r.deployment_id,
+                   count(*) FILTER (WHERE r.available_at <= {now}) AS ready,
+                   count(*) FILTER (WHERE r.available_at > {now}) AS delayed
+            FROM {s}.runs r WHERE r.status = 'queued' GROUP BY 1, 2""",
+    }
+
+
 def _reap_sql(s: str, now: str) -> str:
     """The reaper's rules as one statement.
 
@@ -224,7 +367,7 @@ def _reap_sql(s: str, now: str) -> str:
 _INSERT_COLUMNS = (
     "id, component_type, component_id, status, attempt, max_attempts, priority, session_id, "
     "user_id, actor, configuration, deployment_id, idempotency_key, origin, created_at, "
-    "updated_at, available_at, has_request, payload"
+    "updated_at, available_at, has_request, payload, concurrency_key"
 )
 
 
@@ -254,7 +397,7 @@ def _submit_sql(s: str, now: str) -> str:
         ins AS (
             INSERT INTO {s}.runs ({_INSERT_COLUMNS})
             SELECT $1, $2, $3, 'queued', 0, $4, $5, $6, $7, $8, $9, $10, $11, $12,
-                   {now}, {now}, {now} + $13::float8, $14, $15
+                   {now}, {now}, {now} + $13::float8, $14, $15, $18::text
             WHERE NOT EXISTS (SELECT 1 FROM existing) AND NOT (SELECT is_full FROM gate)
             ON CONFLICT (idempotency_key, (coalesce(user_id, '')))
                 WHERE idempotency_key IS NOT NULL DO NOTHING
@@ -274,11 +417,12 @@ def _submit_many_sql(s: str, now: str) -> str:
     return f"""
         INSERT INTO {s}.runs ({_INSERT_COLUMNS})
         SELECT v.id, v.ct, v.ci, 'queued', 0, v.ma, v.pr, v.sid, v.uid, v.actor, v.conf,
-               v.dep, v.key, v.origin, {now}, {now}, {now} + v.delay, v.hr, v.payload
+               v.dep, v.key, v.origin, {now}, {now}, {now} + v.delay, v.hr, v.payload, v.ck
         FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::text[],
                     $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
-                    $12::text[], $13::float8[], $14::bool[], $15::bytea[])
-            AS v(id, ct, ci, ma, pr, sid, uid, actor, conf, dep, key, origin, delay, hr, payload)"""
+                    $12::text[], $13::float8[], $14::bool[], $15::bytea[], $16::text[])
+            AS v(id, ct, ci, ma, pr, sid, uid, actor, conf, dep, key, origin, delay, hr, payload,
+                 ck)"""
 
 
 def _fenced(verb: str, alias: str = "") -> str:
@@ -543,6 +687,7 @@ def build(schema: str, offset: float) -> Statements:
     """Every statement of one schema at one clock offset."""
     s, now = schema, _clock(offset)
     claim, claim_affinity, claim_one = _claim_sql(s, now)
+    limited, limited_affinity, limited_one = _limited_claim_sql(s, now)
     return Statements(
         now=f"SELECT {now}",
         ping="SELECT 1",
@@ -564,6 +709,10 @@ def build(schema: str, offset: float) -> Statements:
         # starts_with is exact under any collation (a range on a non-C collation is not);
         # an operator's one-off lookup can afford the scan.
         ids_with_prefix=f"SELECT id FROM {s}.runs WHERE starts_with(id, $1) ORDER BY id LIMIT $2",
+        claim_limited=limited,
+        claim_limited_affinity=limited_affinity,
+        claim_limited_one=limited_one,
+        **_flow_sql(s, now),
     )
 
 
@@ -654,7 +803,7 @@ def _fire_slot_sql(s: str, now: str) -> str:
         ins AS (
             INSERT INTO {s}.runs ({_INSERT_COLUMNS})
             SELECT $4, $5, $6, 'queued', 0, $7, $8, $9, $10, $11, $12, $13, $14, $15,
-                   {now}, {now}, {now} + $16::float8, $17, $18
+                   {now}, {now}, {now} + $16::float8, $17, $18, NULL::text
             FROM slot WHERE slot.run_id IS NOT NULL
             RETURNING id
         ),

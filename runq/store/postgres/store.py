@@ -21,6 +21,7 @@ from runq.errors import (
     QueueFull,
     StoreUnavailable,
 )
+from runq.flow import FlowRules, FlowState, Pause, like_pattern, split_running
 from runq.model import (
     TRANSITIONS,
     BudgetBlock,
@@ -60,6 +61,26 @@ __all__ = ["PostgresStore"]
 CLAIM_CONNECTIONS = 2
 #: How often submit re-runs after losing an idempotency race (the winner is then visible).
 _SUBMIT_ATTEMPTS = 3
+
+
+def _running(found: Sequence[Any]) -> tuple[float, list[tuple[str, str | None, int]]]:
+    """(the clock, running counts) from ``running_by_component``: its first row carries
+    the clock and no component."""
+    now = next(float(r["now"]) for r in found if r["component"] is None)
+    return now, [
+        (r["component"], r["concurrency_key"], r["n"]) for r in found if r["component"] is not None
+    ]
+
+
+def _pause(row: Any) -> Pause:
+    return Pause(
+        id=row["id"],
+        kind=row["kind"],
+        target=row["target"],
+        reason=row["reason"],
+        created_by=row["created_by"],
+        created_at=row["created_at"],
+    )
 
 
 def _blocked_params(blocked: BudgetBlock | None) -> list[list[str]]:
@@ -114,6 +135,8 @@ class PostgresStore:
         self._listen_url = listen_url
         self.schema = check_schema(schema)
         self.clock_offset_seconds = 0.0
+        #: ``[limits]`` applied by this process's claims (set by ``open_store``).
+        self.flow = FlowRules()
         self._sealer = sealer
         self._migration_timeout = migration_timeout
         self._db = Pool(
@@ -237,7 +260,12 @@ class PostgresStore:
         run_id = new.id or new_run_id()
         # Encode before any SQL: a value that is not JSON raises InvalidPayload, nothing written.
         values = rows.insert_values(new, run_id, self._sealer, rows.encoded_payload(new))
-        args = (*values, max(max_queue_depth, 0), self.channel if wake else None)
+        args = (
+            *values,
+            max(max_queue_depth, 0),
+            self.channel if wake else None,
+            new.concurrency_key,
+        )
         if new.unique is not None:
             return await self._submit_unique(new, args, max_queue_depth)
         return await self._submit_row(new, args, max_queue_depth, self._db)
@@ -293,7 +321,10 @@ class PostgresStore:
                     "runs",
                     schema_name=self.schema,
                     columns=pg_sql.SUBMIT_COPY_COLUMNS,
-                    records=[_copy_record(v, now) for v in values],
+                    records=[
+                        _copy_record(v, n.concurrency_key, now)
+                        for v, n in zip(values, news, strict=True)
+                    ],
                 )
         except asyncpg.UniqueViolationError as e:
             raise Conflict(messages.bulk_refused(e)) from e
@@ -361,7 +392,9 @@ class PostgresStore:
         sql = self._sql
         claims = await self._claim_pool()
         rules = [serialize_sessions, *_blocked_params(blocked)]
-        if run_id is not None:
+        if self.flow.enabled:
+            found = await self._claim_limited(worker_id, slots, rules, deployment_id, run_id)
+        elif run_id is not None:
             found = await claims.fetch(
                 sql.claim_one, worker_id, run_id, *rules, deployment_id or ""
             )
@@ -381,6 +414,96 @@ class PostgresStore:
                 [messages.not_executed(error) for _, error in broken],
             )
         return ClaimedRuns(runs, unopenable=(row["id"] for row, _ in broken))
+
+    async def _claim_limited(
+        self,
+        worker_id: str,
+        slots: int,
+        rules: list[Any],
+        deployment_id: str | None,
+        run_id: str | None,
+    ) -> list[Any]:
+        """The claim under ``[limits]``: in one transaction, take the limits lock, count what
+        runs and what each rate window has spent, claim within the room left, and count the
+        starts into the rate windows. The lock makes the count and the claim one step for
+        the fleet: a second claimer counts after this one commits."""
+        sql, flow = self._sql, self.flow
+        async with self._db.transaction() as con:
+            await con.execute(sql.limits_lock, f"{self.schema}.runq.limits")
+            now, rows_running = _running(await con.fetch(sql.running_by_component))
+            running = flow.running_by_group((c, n) for c, _, n in rows_running)
+            keyed = flow.key_running(rows_running)
+            used = [0] * len(flow.groups)
+            if flow.has_rates:
+                stored = await con.fetch(sql.rate_windows_get, flow.patterns)
+                used = flow.rate_used(
+                    now, {r["pattern"]: (r["window_start"], r["used"]) for r in stored}
+                )
+            gate = [
+                flow.like_patterns,
+                flow.room(running, used),
+                flow.per_key_max(),
+                [i + 1 for i, _, _ in keyed],  # SQL arrays count from 1
+                [key for _, key, _ in keyed],
+                [n for _, _, n in keyed],
+            ]
+            dep = deployment_id or ""
+            if run_id is not None:
+                found = await con.fetch(
+                    sql.claim_limited_one, worker_id, run_id, *rules, dep, *gate
+                )
+            elif deployment_id:
+                found = await con.fetch(
+                    sql.claim_limited_affinity, worker_id, slots, *rules, dep, *gate
+                )
+            else:
+                found = await con.fetch(sql.claim_limited, worker_id, slots, *rules, dep, *gate)
+            if flow.has_rates and found:
+                bumps = flow.started(
+                    now, (f"{r['component_type']}/{r['component_id']}" for r in found)
+                )
+                if bumps:
+                    await con.execute(
+                        sql.rate_windows_bump,
+                        list(bumps),
+                        [start for start, _ in bumps.values()],
+                        [n for _, n in bumps.values()],
+                    )
+        return list(found)
+
+    # -- pauses ------------------------------------------------------------------------
+
+    async def add_pause(
+        self, kind: str, target: str, *, reason: str | None, created_by: str | None
+    ) -> tuple[Pause, bool]:
+        like = like_pattern(target) if kind == "component" else None
+        row = await self._db.fetchrow(
+            self._sql.pause_insert, new_run_id(), kind, target, like, reason, created_by
+        )
+        return _pause(row), bool(row["created"])
+
+    async def remove_pause(self, key: str, *, kind: str = "", target: str = "") -> Pause | None:
+        found = await self._db.fetch(self._sql.pause_delete, key, kind, target)
+        return _pause(found[0]) if found else None
+
+    async def list_pauses(self) -> list[Pause]:
+        return [_pause(r) for r in await self._db.fetch(self._sql.pause_list, retry=True)]
+
+    async def flow_state(self) -> FlowState:
+        sql = self._sql
+        async with self._db.transaction() as con:
+            now, found = _running(await con.fetch(sql.running_by_component))
+            stored = await con.fetch(sql.rate_windows_get, self.flow.patterns)
+        running, keys = split_running(found)
+        windows = {r["pattern"]: (r["window_start"], r["used"]) for r in stored}
+        return FlowState(now=now, running=running, windows=windows, keys=keys)
+
+    async def session_ahead(self, run_id: str, session_id: str) -> bool:
+        return bool(await self._db.fetchval(self._sql.session_ahead, run_id, session_id))
+
+    async def queued_by_component(self) -> list[tuple[str, str, int, int]]:
+        found = await self._db.fetch(self._sql.queued_by_component, retry=True)
+        return [(r["component"], r["deployment_id"], r["ready"], r["delayed"]) for r in found]
 
     async def heartbeat_many(self, worker_id: str, leases: Sequence[Lease]) -> HeartbeatResult:
         # Sorted by id, so concurrent batches of one worker lock rows in the same order.
@@ -693,7 +816,7 @@ class PostgresStore:
         return deleted
 
 
-def _copy_record(v: rows.InsertValues, now: float) -> tuple[Any, ...]:
+def _copy_record(v: rows.InsertValues, concurrency_key: str | None, now: float) -> tuple[Any, ...]:
     """One row for ``SUBMIT_COPY_COLUMNS``: queued, attempt 0, created and updated now."""
     return (
         v.id,
@@ -715,4 +838,5 @@ def _copy_record(v: rows.InsertValues, now: float) -> tuple[Any, ...]:
         now + v.delay,
         v.has_request,
         v.payload,
+        concurrency_key,
     )

@@ -12,6 +12,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from runq.flow import NO_CAP
 from runq.model import ACTIVE_STATUSES, FINAL_STATUSES, Status
 from runq.seal import SEALED_COLUMNS
 from runq.store.statements import (
@@ -65,6 +66,8 @@ class ClaimShape:
     block_configurations: bool
     block_pairs: bool
     by_id: bool
+    #: ``[limits]`` configured: group each run and take at most each group's room.
+    limited: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +115,16 @@ class Statements:
     migrations_table_exists: str
     applied_versions: str
     ids_with_prefix: str
+    # -- flow control: limits, rate windows, pauses ------------------------------------
+    running_by_component: str
+    rate_windows_get: str
+    rate_windows_bump: str
+    pause_insert: str
+    pause_get: str
+    pause_delete: str
+    pause_list: str
+    session_ahead: str
+    queued_by_component: str
 
 
 def _reap(t: str) -> str:
@@ -144,8 +157,44 @@ def _reap(t: str) -> str:
     )
 
 
+_COMPONENT = "(r.component_type || '/' || r.component_id)"
+#: A run's limit group: the first (most specific) of the ``:pats`` it matches. GLOB's ``*``
+#: is the pattern's own wildcard and patterns hold no other GLOB character.
+_GROUP = (
+    "(SELECT CAST(p.key AS INTEGER) FROM json_each(:pats) p"
+    f" WHERE {_COMPONENT} GLOB p.value ORDER BY p.key LIMIT 1)"
+)
+
+
+def _room(group: str) -> str:
+    return f"json_extract(:rooms, '$[' || {group} || ']')"
+
+
+#: Runs the run's (group, concurrency key) may still start: ``:kmax`` holds each group's
+#: ``max_running_per_key``, ``:krun`` the [group, key, running] of the keys running now.
+_KEY_ROOM = (
+    f"CASE WHEN r.concurrency_key IS NULL OR {_GROUP} IS NULL THEN {NO_CAP}"
+    f" ELSE json_extract(:kmax, '$[' || {_GROUP} || ']') - coalesce(("
+    "SELECT json_extract(k.value, '$[2]') FROM json_each(:krun) k"
+    f" WHERE json_extract(k.value, '$[0]') = {_GROUP}"
+    " AND json_extract(k.value, '$[1]') = r.concurrency_key), 0) END"
+)
+
+
 def _claim(t: str, shape: ClaimShape) -> str:
-    filters = ["r.status = 'queued'", "r.available_at <= :now"]
+    pauses = t.removesuffix("_runs") + "_pauses"
+    filters = [
+        "r.status = 'queued'",
+        "r.available_at <= :now",
+        # Paused work is skipped by every claim at once; the table is tiny, usually empty.
+        f"NOT EXISTS (SELECT 1 FROM {pauses} p"
+        " WHERE (p.kind = 'deployment' AND p.target = r.deployment_id)"
+        f" OR (p.kind = 'component' AND {_COMPONENT} GLOB p.target))",
+    ]
+    if shape.limited:
+        # A group with no room is filtered inside the walk, so its runs do not fill the
+        # LIMIT and the runs behind them go on.
+        filters.append(f"coalesce({_room(_GROUP)}, 1) > 0 AND {_KEY_ROOM} > 0")
     if shape.by_id:
         filters.append("r.id = :run_id")
     if shape.sessions:
@@ -172,9 +221,15 @@ def _claim(t: str, shape: ClaimShape) -> str:
     # primary-key lookup instead.
     walk = "" if shape.by_id else f" INDEXED BY {t}_claim_idx"
 
+    group_column = (
+        f", {_GROUP} AS grp, r.concurrency_key AS ckey, {_KEY_ROOM} AS kroom"
+        if shape.limited
+        else ""
+    )
+
     def branch(dep: str) -> str:
         return (
-            f"SELECT r.id, r.priority, r.available_at FROM {t} r{walk}"
+            f"SELECT r.id, r.priority, r.available_at{group_column} FROM {t} r{walk}"
             f" WHERE r.deployment_id = {dep} AND {where} {order}"
         )
 
@@ -189,6 +244,19 @@ def _claim(t: str, shape: ClaimShape) -> str:
         )
     else:
         candidates = f"SELECT id FROM ({branch(no_dep)})"
+    if shape.limited:
+        # At most ``room`` runs per group among the candidates. The claim runs under
+        # BEGIN IMMEDIATE, so the room counted before it cannot be spent meanwhile.
+        union = candidates.removeprefix("SELECT id FROM ").split(" ORDER BY priority")[0]
+        candidates = (
+            "SELECT id FROM (SELECT *, row_number() OVER (PARTITION BY grp"
+            " ORDER BY priority, available_at, id) AS nth,"
+            " row_number() OVER (PARTITION BY grp, ckey"
+            f" ORDER BY priority, available_at, id) AS knth FROM {union})"
+            f" WHERE (grp IS NULL OR nth <= {_room('grp')})"
+            " AND (ckey IS NULL OR knth <= kroom)"
+            " ORDER BY priority, available_at, id LIMIT :slots"
+        )
     return (
         f"UPDATE {t} SET status = {target_of('claim')}, attempt = attempt + 1,"
         " locked_by = :worker, locked_at = :now, started_at = :now, updated_at = :now"
@@ -200,7 +268,7 @@ def _claim(t: str, shape: ClaimShape) -> str:
 def _claims(t: str) -> dict[ClaimShape, str]:
     return {
         shape: _claim(t, shape)
-        for shape in itertools.starmap(ClaimShape, itertools.product((False, True), repeat=6))
+        for shape in itertools.starmap(ClaimShape, itertools.product((False, True), repeat=7))
     }
 
 
@@ -398,9 +466,10 @@ def build(schema: str) -> Statements:
             f"INSERT INTO {t} (id, component_type, component_id, status, attempt, max_attempts,"
             " priority, session_id, user_id, actor, configuration, deployment_id,"
             " idempotency_key, origin, created_at, updated_at, available_at, has_request,"
-            " payload) VALUES (:id, :component_type, :component_id, 'queued', 0, :max_attempts,"
-            " :priority, :session_id, :user_id, :actor, :configuration, :deployment_id,"
-            " :idempotency_key, :origin, :now, :now, :now + :delay, :has_request, :payload)"
+            " payload, concurrency_key) VALUES (:id, :component_type, :component_id, 'queued',"
+            " 0, :max_attempts, :priority, :session_id, :user_id, :actor, :configuration,"
+            " :deployment_id, :idempotency_key, :origin, :now, :now, :now + :delay,"
+            " :has_request, :payload, :concurrency_key)"
         ),
         claims=_claims(t),
         reap=_reap(t),
@@ -415,7 +484,48 @@ def build(schema: str) -> Statements:
             f"SELECT id FROM {t} WHERE id >= :prefix AND id < :upper"
             " AND substr(id, 1, length(:prefix)) = :prefix ORDER BY id LIMIT :limit"
         ),
+        **_flow(t, f"{schema}_rate_windows", f"{schema}_pauses"),
     )
+
+
+def _flow(t: str, rates: str, pauses: str) -> dict[str, str]:
+    return {
+        "running_by_component": (
+            f"SELECT {_COMPONENT} AS component, r.concurrency_key, count(*) AS n"
+            f" FROM {t} r WHERE r.status = 'running' GROUP BY 1, 2"
+        ),
+        "rate_windows_get": (
+            f"SELECT pattern, window_start, used FROM {rates}"
+            " WHERE pattern IN (SELECT value FROM json_each(?))"
+        ),
+        # A new window starts over.
+        "rate_windows_bump": (
+            f"INSERT INTO {rates} (pattern, window_start, used) VALUES (?, ?, ?)"
+            " ON CONFLICT (pattern) DO UPDATE SET"
+            f" used = CASE WHEN {rates}.window_start = excluded.window_start"
+            f" THEN {rates}.used + excluded.used ELSE excluded.used END,"
+            " window_start = excluded.window_start"
+        ),
+        "pause_insert": (
+            f"INSERT INTO {pauses} (id, kind, target, like_pattern, reason, created_by,"
+            " created_at) VALUES (?, ?, ?, NULL, ?, ?, ?)"
+            " ON CONFLICT (kind, target) DO NOTHING"
+        ),
+        "pause_get": f"SELECT * FROM {pauses} WHERE kind = ? AND target = ?",
+        "pause_delete": f"DELETE FROM {pauses} WHERE id = ? OR (kind = ? AND target = ?)"
+        " RETURNING *",
+        "pause_list": f"SELECT * FROM {pauses} ORDER BY created_at, id",
+        # The session rule for one run (:id, :session), as the claim applies it.
+        "session_ahead": (
+            f"SELECT EXISTS (SELECT 1 FROM {t} s WHERE s.session_id = :session"
+            f" AND s.{_ACTIVE_IN} AND s.id <> :id AND (s.id < :id OR s.status <> 'queued'))"
+        ),
+        "queued_by_component": (
+            f"SELECT {_COMPONENT} AS component, r.deployment_id,"
+            " sum(r.available_at <= :now) AS ready, sum(r.available_at > :now) AS delayed"
+            f" FROM {t} r WHERE r.status = 'queued' GROUP BY 1, 2"
+        ),
+    }
 
 
 def list_jobs(

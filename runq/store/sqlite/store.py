@@ -26,6 +26,7 @@ from runq.errors import (
     NotFound,
     QueueFull,
 )
+from runq.flow import FlowRules, FlowState, Pause, split_running
 from runq.model import (
     FINAL_STATUSES,
     TRANSITIONS,
@@ -72,6 +73,8 @@ class SqliteStore:
         self.path = Path(path)
         self.schema = check_schema(schema)
         self.clock_offset_seconds = 0.0
+        #: ``[limits]`` applied by this process's claims (set by ``open_store``).
+        self.flow = FlowRules()
         self._sealer = sealer
         self._db = Connections(self.path)
         self._sql = sql.build(schema)
@@ -141,7 +144,7 @@ class SqliteStore:
         # Encode (and seal) before the transaction: a bad payload never takes the write lock.
         encoded = rows.encoded_payload(new)
         values = rows.insert_values(new, run_id, self._sealer, encoded)
-        params: dict[str, Any] = values._asdict()
+        params: dict[str, Any] = {**values._asdict(), "concurrency_key": new.concurrency_key}
         key, user = new.idempotency_key, new.actor.user_id or ""
 
         unique, unique_component = new.unique, f"{new.component_type}/{new.component_id}"
@@ -187,7 +190,12 @@ class SqliteStore:
     async def submit_many(self, news: Sequence[NewRun]) -> list[str]:
         ids = [new.id or new_run_id() for new in news]
         batch = [
-            rows.insert_values(new, run_id, self._sealer, rows.encoded_payload(new))._asdict()
+            {
+                **rows.insert_values(
+                    new, run_id, self._sealer, rows.encoded_payload(new)
+                )._asdict(),
+                "concurrency_key": new.concurrency_key,
+            }
             for new, run_id in zip(news, ids, strict=True)
         ]
 
@@ -277,6 +285,7 @@ class SqliteStore:
             block_configurations=block is not None and bool(block.configurations),
             block_pairs=block is not None and bool(block.pairs),
             by_id=run_id is not None,
+            limited=self.flow.enabled,
         )
         statement = self._sql.claims[shape]
         params: dict[str, Any] = {
@@ -291,6 +300,10 @@ class SqliteStore:
             params["bp"] = _json.encode(sorted(block.pairs)).decode()
 
         def body(conn: sqlite3.Connection, now: float) -> list[Row]:
+            if self.flow.enabled:
+                # Under BEGIN IMMEDIATE: no other claimer can start a run between this
+                # count and the claim, so the room is exact.
+                return self._claim_limited(conn, statement, {**params, "now": now}, now)
             return conn.execute(statement, {**params, "now": now}).fetchall()
 
         # The transaction runs on the connection thread and finishes even if this coroutine
@@ -324,6 +337,90 @@ class SqliteStore:
                 conn.execute(self._sql.release, {**params, "now": now})
 
         await self._write(body)
+
+    def _claim_limited(
+        self, conn: sqlite3.Connection, statement: str, params: dict[str, Any], now: float
+    ) -> list[Row]:
+        """Count what runs and what each rate window has spent, claim within the room left,
+        and count the starts into the rate windows, all in the claim's transaction."""
+        flow, q = self.flow, self._sql
+        rows_running = [
+            (r["component"], r["concurrency_key"], r["n"])
+            for r in conn.execute(q.running_by_component)
+        ]
+        running = flow.running_by_group((c, n) for c, _, n in rows_running)
+        params["kmax"] = _json.encode(flow.per_key_max()).decode()
+        params["krun"] = _json.encode(flow.key_running(rows_running)).decode()
+        used = [0] * len(flow.groups)
+        if flow.has_rates:
+            stored = conn.execute(q.rate_windows_get, (_json.encode(flow.patterns).decode(),))
+            used = flow.rate_used(
+                now, {r["pattern"]: (r["window_start"], r["used"]) for r in stored}
+            )
+        params["pats"] = _json.encode(flow.patterns).decode()
+        params["rooms"] = _json.encode(flow.room(running, used)).decode()
+        found: list[Row] = conn.execute(statement, params).fetchall()
+        if flow.has_rates and found:
+            bumps = flow.started(now, (f"{r['component_type']}/{r['component_id']}" for r in found))
+            conn.executemany(
+                q.rate_windows_bump, [(p, start, n) for p, (start, n) in bumps.items()]
+            )
+        return found
+
+    # -- pauses ------------------------------------------------------------------------
+
+    async def add_pause(
+        self, kind: str, target: str, *, reason: str | None, created_by: str | None
+    ) -> tuple[Pause, bool]:
+        def body(conn: sqlite3.Connection, now: float) -> tuple[Row, bool]:
+            q = self._sql
+            made = conn.execute(
+                q.pause_insert, (new_run_id(), kind, target, reason, created_by, now)
+            ).rowcount
+            row: Row = conn.execute(q.pause_get, (kind, target)).fetchone()
+            return row, made > 0
+
+        row, created = await self._write(body)
+        return _pause(row), created
+
+    async def remove_pause(self, key: str, *, kind: str = "", target: str = "") -> Pause | None:
+        def body(conn: sqlite3.Connection, now: float) -> list[Row]:
+            return conn.execute(self._sql.pause_delete, (key, kind, target)).fetchall()
+
+        found = await self._write(body)
+        return _pause(found[0]) if found else None
+
+    async def list_pauses(self) -> list[Pause]:
+        def body(conn: sqlite3.Connection, now: float) -> list[Row]:
+            return conn.execute(self._sql.pause_list).fetchall()
+
+        return [_pause(r) for r in await self._read(body)]
+
+    async def flow_state(self) -> FlowState:
+        q, patterns = self._sql, _json.encode(self.flow.patterns).decode()
+
+        def body(conn: sqlite3.Connection, now: float) -> FlowState:
+            found = conn.execute(q.running_by_component)
+            running, keys = split_running((r[0], r[1], r[2]) for r in found)
+            stored = conn.execute(q.rate_windows_get, (patterns,))
+            windows = {r["pattern"]: (r["window_start"], r["used"]) for r in stored}
+            return FlowState(now=now, running=running, windows=windows, keys=keys)
+
+        return await self._read(body)
+
+    async def session_ahead(self, run_id: str, session_id: str) -> bool:
+        def body(conn: sqlite3.Connection, now: float) -> bool:
+            found = conn.execute(self._sql.session_ahead, {"id": run_id, "session": session_id})
+            return bool(found.fetchone()[0])
+
+        return await self._read(body)
+
+    async def queued_by_component(self) -> list[tuple[str, str, int, int]]:
+        def body(conn: sqlite3.Connection, now: float) -> list[tuple[str, str, int, int]]:
+            found = conn.execute(self._sql.queued_by_component, {"now": now})
+            return [(r[0], r[1], r[2], r[3]) for r in found]
+
+        return await self._read(body)
 
     async def heartbeat_many(self, worker_id: str, leases: Sequence[Lease]) -> HeartbeatResult:
         lease_json = _json.encode(list(leases)).decode()
@@ -657,7 +754,10 @@ class SqliteStore:
     ) -> SlotFire:
         run_id = new.id or new_run_id()
         encoded = rows.encoded_payload(new)
-        params: dict[str, Any] = rows.insert_values(new, run_id, self._sealer, encoded)._asdict()
+        params: dict[str, Any] = {
+            **rows.insert_values(new, run_id, self._sealer, encoded)._asdict(),
+            "concurrency_key": new.concurrency_key,
+        }
         q = self._schedule_sql
 
         def body(conn: sqlite3.Connection, now: float) -> SlotFire:
@@ -718,3 +818,14 @@ __all__ = ["SqliteStore"]
 #: Sorts after every character (SQLite compares text as UTF-8 bytes, in code point order),
 #: so ``prefix + _LAST_CHARACTER`` bounds every id that starts with ``prefix``.
 _LAST_CHARACTER = "\U0010ffff"
+
+
+def _pause(row: Row) -> Pause:
+    return Pause(
+        id=row["id"],
+        kind=row["kind"],
+        target=row["target"],
+        reason=row["reason"],
+        created_by=row["created_by"],
+        created_at=row["created_at"],
+    )
