@@ -17,7 +17,7 @@ from runq.cli.options import (
     leaf_errors,
     run_async,
 )
-from runq.cli.render import echo_json, new_console
+from runq.cli.render import cell, echo_json, new_console, printable
 from runq.config import LIVE_WORKER_SECONDS
 from runq.errors import ConfigError
 from runq.model import QueueHealth, Status
@@ -36,6 +36,7 @@ def _problems(health: QueueHealth, *, max_queue_wait: float, minimum_workers: in
 
 
 def _print_status(health: QueueHealth, problems: list[str]) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="runq status", show_header=False)
@@ -46,14 +47,14 @@ def _print_status(health: QueueHealth, problems: list[str]) -> None:
     age = health.oldest_queued_age_seconds
     table.add_row("oldest queued wait", "-" if age is None else f"{age:.1f}s")
     for deployment, dep_age in sorted(health.oldest_queued_age_by_deployment.items()):
-        table.add_row(f"  deployment {deployment or '(none)'}", f"{dep_age:.1f}s")
+        table.add_row(cell(f"  deployment {deployment or '(none)'}"), f"{dep_age:.1f}s")
     table.add_row("expired leases", str(health.expired_leases))
     table.add_row("live workers", str(health.live_workers))
     console = new_console()
     console.print(table)
     if problems:
         for problem in problems:
-            console.print(f"[red]unhealthy:[/red] {problem}")
+            console.print(f"[red]unhealthy:[/red] {escape(printable(problem))}")
     else:
         console.print("[green]healthy[/green]")
 
