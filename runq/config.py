@@ -44,8 +44,10 @@ REAP_LIMIT = 50
 #: ``runq work``: at most this many runs per sweep, and no new claim after this many seconds.
 SWEEP_LIMIT = 50
 SWEEP_TIME_LIMIT_SECONDS = 60.0
-#: A worker counts as live when seen within this many seconds (``runq status``, /metrics).
-LIVE_WORKER_SECONDS = 120.0
+#: A worker counts as live while its last heartbeat is younger than this many heartbeat
+#: intervals: two may fail without the worker flickering dead, and a killed worker stops
+#: counting within one lock grace (``runq status``, /metrics, the console).
+LIVE_WORKER_HEARTBEATS = 3
 #: Worker rows not seen for this long are deleted, checked this often.
 WORKER_ROW_MAX_AGE_SECONDS = 86400.0
 WORKER_PRUNE_INTERVAL_SECONDS = 3600.0
@@ -75,6 +77,11 @@ class QueueConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     @property
     def heartbeat_interval(self) -> float:
         return self.lock_grace_seconds / 3
+
+    @property
+    def live_worker_seconds(self) -> float:
+        """A worker seen (heartbeat) within this many seconds counts as live."""
+        return LIVE_WORKER_HEARTBEATS * self.heartbeat_interval
 
     @property
     def effective_stop_timeout(self) -> float:
