@@ -55,9 +55,12 @@ def migrate_cmd(cli_ctx: CliContext) -> None:
     default=SWEEP_TIME_LIMIT_SECONDS,
     show_default=True,
 )
+@click.option("--create", is_flag=True, help="Create (and migrate) a missing SQLite database.")
 @click.option("--json", "as_json", is_flag=True)
 @common_options
-def work_cmd(cli_ctx: CliContext, limit: int, time_limit: float, as_json: bool) -> None:
+def work_cmd(
+    cli_ctx: CliContext, limit: int, time_limit: float, create: bool, as_json: bool
+) -> None:
     """One bounded sweep for cron: oldest first. Exit 0 even when runs failed; 1 when the
     queue cannot be read."""
     from runq.worker.claimer import SweepReport, sweep
@@ -66,7 +69,7 @@ def work_cmd(cli_ctx: CliContext, limit: int, time_limit: float, as_json: bool) 
     config = cli_ctx.config
 
     async def go() -> SweepReport:
-        async with cli_ctx.queue(migrate=True, components=True) as q:
+        async with cli_ctx.queue(migrate=True, components=True, create=create) as q:
             runtime = WorkerRuntime(store=q.store, config=config, components=q.components)
             return await sweep(
                 q.store,
