@@ -67,6 +67,11 @@ class QueueConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     poll_interval: float = 1.0
     max_concurrency: int = 32
     max_queue_depth: int = 1000
+    #: Queued runs not yet due (delayed) have their own bound: they never count against
+    #: ``max_queue_depth``, so runs delayed far into the future cannot fill the queue.
+    max_delayed: int = 10000
+    #: One user's queued runs (0 = unbounded): no user can fill the queue for everyone.
+    max_queued_per_user: int = 0
     retention_seconds: float = 86400.0
     paused_retention_seconds: float = 0.0
     retention_interval_seconds: float = 3600.0
@@ -466,6 +471,10 @@ def _validate_queue(q: QueueConfig) -> None:
         1 <= q.max_concurrency <= 10_000, "queue.max_concurrency", "must be between 1 and 10000"
     )
     _require(q.max_queue_depth >= 0, "queue.max_queue_depth", "must be >= 0 (0 = unbounded)")
+    _require(q.max_delayed >= 0, "queue.max_delayed", "must be >= 0 (0 = unbounded)")
+    _require(
+        q.max_queued_per_user >= 0, "queue.max_queued_per_user", "must be >= 0 (0 = unbounded)"
+    )
     _require(q.retention_seconds > 0, "queue.retention_seconds", "must be > 0")
     _require(q.paused_retention_seconds >= 0, "queue.paused_retention_seconds", "must be >= 0")
     _require(q.retention_interval_seconds > 0, "queue.retention_interval_seconds", "must be > 0")

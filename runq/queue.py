@@ -201,8 +201,13 @@ class Queue:
             raise UnknownComponent(f"unknown component {component_type}/{component_id}")
 
     async def _store(self, new: NewRun, *, wake: bool = False) -> SubmitResult:
+        queue = self.config.queue
         result = await self.store.submit(
-            new, max_queue_depth=self.config.queue.max_queue_depth, wake=wake
+            new,
+            max_queue_depth=queue.max_queue_depth,
+            wake=wake,
+            max_delayed=queue.max_delayed,
+            max_queued_per_user=queue.max_queued_per_user,
         )
         if result.created:
             SUBMISSIONS.labels(origin=new.origin).inc()

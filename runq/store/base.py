@@ -69,15 +69,24 @@ class Store(Protocol):
     # -- producer ----------------------------------------------------------------------
 
     async def submit(
-        self, new: NewRun, *, max_queue_depth: int, wake: bool = False
+        self,
+        new: NewRun,
+        *,
+        max_queue_depth: int,
+        wake: bool = False,
+        max_delayed: int = 0,
+        max_queued_per_user: int = 0,
     ) -> SubmitResult:
         """Insert a queued run, attempt 0.
 
         Idempotency: a key already used by the same ``actor.user_id`` returns the
         existing run with ``created=False`` (checked before the depth gate, so a
         duplicate is answered even when the queue is full); the same key for another
-        component raises ``IdempotencyConflict``. When ``max_queue_depth > 0`` and that
-        many runs are queued, raises ``QueueFull``. ``available_at = now + delay_seconds``.
+        component raises ``IdempotencyConflict``. Depth gates (0 = unbounded) raise
+        ``QueueFull``: a due run when ``max_queue_depth`` queued runs are due, a delayed run
+        when ``max_delayed`` queued runs are delayed (runs far in the future never count
+        against the due runs), and a run of a user who has ``max_queued_per_user`` queued
+        runs. ``available_at = now + delay_seconds``.
         ``save_request=False`` stores no payload (``has_request`` false). ``wake``: where the
         engine has LISTEN/NOTIFY, send ``NOTIFY 'wake'`` in the same statement when the run was
         inserted (delivered at commit, one round trip less than a NOTIFY after it); engines

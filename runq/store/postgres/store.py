@@ -191,12 +191,24 @@ class PostgresStore:
     # -- producer -----------------------------------------------------------------------
 
     async def submit(
-        self, new: NewRun, *, max_queue_depth: int, wake: bool = False
+        self,
+        new: NewRun,
+        *,
+        max_queue_depth: int,
+        wake: bool = False,
+        max_delayed: int = 0,
+        max_queued_per_user: int = 0,
     ) -> SubmitResult:
         run_id = new.id or new_run_id()
         # Encode before any SQL: a value that is not JSON raises InvalidPayload, nothing written.
         values = rows.insert_values(new, run_id, self._sealer, rows.encoded_payload(new))
-        args = (*values, max(max_queue_depth, 0), self.channel if wake else None)
+        args = (
+            *values,
+            max(max_queue_depth, 0),
+            self.channel if wake else None,
+            max(max_delayed, 0),
+            max(max_queued_per_user, 0),
+        )
         for _ in range(_SUBMIT_ATTEMPTS):
             try:
                 row = await self._db.fetchrow(self._sql.submit, *args)
@@ -206,6 +218,10 @@ class PostgresStore:
                 return SubmitResult(self._run(row), True)
             if row["existing_id"] is not None:
                 return await self._existing(new, row["existing_id"], row["existing_component"])
+            if row["user_full"]:
+                raise QueueFull(messages.user_queue_full(max_queued_per_user))
+            if row["queue_full"] and values.delay > 0:
+                raise QueueFull(messages.delayed_full(max_delayed))
             if row["queue_full"]:
                 raise QueueFull(messages.queue_full(max_queue_depth))
             # Lost an idempotency race to a transaction that committed meanwhile: go again.

@@ -111,6 +111,10 @@ class Statements:
     record_migration: str
     migrations_table_exists: str
     applied_versions: str
+    # -- submit's depth gates (count stops at the limit) ----------------------------------
+    count_due: str
+    count_delayed: str
+    count_user_queued: str
 
 
 def _reap(t: str) -> str:
@@ -408,7 +412,22 @@ def build(schema: str) -> Statements:
         **_usage(t, f"{schema}_budget_usage"),
         **_maintenance(t, w),
         **_migrations(f"{schema}_schema_migrations"),
+        **_depth_gates(t),
     )
+
+
+def _depth_gates(t: str) -> dict[str, str]:
+    """Bounded counts for submit's gates: due runs (the global depth), delayed runs (their own
+    bound, so far-future runs cannot fill the queue), and one user's queued runs."""
+    queued = f"SELECT 1 FROM {t} WHERE status = 'queued'"
+    return {
+        "count_due": f"SELECT count(*) FROM ({queued} AND available_at <= ? LIMIT ?)",
+        "count_delayed": f"SELECT count(*) FROM ({queued} AND available_at > ? LIMIT ?)",
+        "count_user_queued": (
+            f"SELECT count(*) FROM (SELECT 1 FROM {t} WHERE user_id = ? AND status = 'queued'"
+            " LIMIT ?)"
+        ),
+    }
 
 
 def list_jobs(

@@ -129,7 +129,13 @@ class SqliteStore:
     # -- producer -------------------------------------------------------------------------
 
     async def submit(
-        self, new: NewRun, *, max_queue_depth: int, wake: bool = False
+        self,
+        new: NewRun,
+        *,
+        max_queue_depth: int,
+        wake: bool = False,
+        max_delayed: int = 0,
+        max_queued_per_user: int = 0,
     ) -> SubmitResult:
         # ``wake`` asks for an in-statement NOTIFY; SQLite has none (claimers poll or are
         # woken in process), so it is ignored.
@@ -139,6 +145,7 @@ class SqliteStore:
         values = rows.insert_values(new, run_id, self._sealer, encoded)
         params: dict[str, Any] = values._asdict()
         key, user = new.idempotency_key, new.actor.user_id or ""
+        delayed, limits = values.delay > 0, (max_delayed, max_queued_per_user)
 
         def body(conn: sqlite3.Connection, now: float) -> tuple[Row | None, float]:
             if key is not None:
@@ -148,10 +155,7 @@ class SqliteStore:
                     if component != f"{new.component_type}/{new.component_id}":
                         raise IdempotencyConflict(messages.idempotency_conflict(key, component))
                     return existing, now
-            if max_queue_depth > 0:
-                queued = conn.execute(self._sql.count_queued, (max_queue_depth,)).fetchone()[0]
-                if queued >= max_queue_depth:
-                    raise QueueFull(messages.queue_full(max_queue_depth))
+            self._check_depth(conn, now, delayed, user, max_queue_depth, limits)
             try:
                 conn.execute(self._sql.insert, {**params, "now": now})
             except sqlite3.IntegrityError as e:
@@ -162,6 +166,30 @@ class SqliteStore:
         if existing is not None:
             return SubmitResult(self._run(existing), created=False)
         return SubmitResult(rows.fresh_run(new, values, encoded, now), created=True)
+
+    def _check_depth(
+        self,
+        conn: sqlite3.Connection,
+        now: float,
+        delayed: bool,
+        user: str,
+        max_queue_depth: int,
+        limits: tuple[int, int],
+    ) -> None:
+        """Submit's depth gates (see ``Store.submit``), inside its write transaction."""
+        max_delayed, max_per_user = limits
+        if delayed and max_delayed > 0:
+            count = conn.execute(self._sql.count_delayed, (now, max_delayed)).fetchone()[0]
+            if count >= max_delayed:
+                raise QueueFull(messages.delayed_full(max_delayed))
+        if not delayed and max_queue_depth > 0:
+            count = conn.execute(self._sql.count_due, (now, max_queue_depth)).fetchone()[0]
+            if count >= max_queue_depth:
+                raise QueueFull(messages.queue_full(max_queue_depth))
+        if user and max_per_user > 0:
+            count = conn.execute(self._sql.count_user_queued, (user, max_per_user)).fetchone()[0]
+            if count >= max_per_user:
+                raise QueueFull(messages.user_queue_full(max_per_user))
 
     async def submit_many(self, news: Sequence[NewRun]) -> list[str]:
         ids = [new.id or new_run_id() for new in news]
