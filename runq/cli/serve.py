@@ -34,14 +34,18 @@ def serve_cmd(cli_ctx: CliContext) -> None:
 @click.command("migrate")
 @common_options
 def migrate_cmd(cli_ctx: CliContext) -> None:
-    """Apply pending database migrations (safe while replicas run)."""
+    """Apply pending database migrations (safe while replicas run) and record the fleet's
+    seal key fingerprint (refused, exit 2, when these keys cannot open the fleet's values)."""
+    from runq.serve.supervisor import refuse_a_foreign_seal_key
     from runq.store import open_store
 
     config = cli_ctx.config
 
     async def go() -> int:
         async with open_store(config) as store:
-            return await store.migrate()
+            applied = await store.migrate()
+            await refuse_a_foreign_seal_key(store)
+            return applied
 
     applied = run_async(go)
     click.echo(f"applied {applied} migration(s) to {redact_url(config.store.url)}")

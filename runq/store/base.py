@@ -57,6 +57,12 @@ class Store(Protocol):
     async def migrate(self) -> int:
         """Apply pending migrations; safe when replicas start at once. Returns how many ran."""
 
+    async def check_seal_key(self) -> str | None:
+        """The fleet's seal key fingerprint (the sealing key's id, never the key): recorded
+        when absent, moved to this store's sealing key when the ring also holds the recorded
+        one (a rotation). Returns the recorded id (hex) when this store's keys cannot open
+        values sealed under it, else None. Called after ``migrate``."""
+
     async def schema_is_current(self) -> bool:
         """True when every migration this version knows has been applied (``/readyz``)."""
 

@@ -90,6 +90,9 @@ class Statements:
     reseal_select_template: str
     reseal_update: str
     notify: str
+    # -- the fleet's seal key fingerprint -------------------------------------------------
+    seal_check_get: str
+    seal_check_put: str
 
 
 def _claim_filters(s: str, now: str, first: int) -> str:
@@ -576,6 +579,12 @@ def build(schema: str, offset: float) -> Statements:
         **_usage_sql(s),
         **_maintenance_sql(s, now),
         **_migration_sql(s, now),
+        seal_check_get=f"SELECT key_id FROM {s}.seal_check WHERE id = 1 FOR UPDATE",
+        seal_check_put=(
+            f"INSERT INTO {s}.seal_check (id, key_id, updated_at) VALUES (1, $1, {now})"
+            " ON CONFLICT (id) DO UPDATE SET key_id = excluded.key_id,"
+            " updated_at = excluded.updated_at"
+        ),
     )
 
 

@@ -165,6 +165,16 @@ class PostgresStore:
                 applied += 1
             return applied
 
+    async def check_seal_key(self) -> str | None:
+        mine = self._sealer.sealing_key_id.hex()
+        async with self._db.transaction() as con:
+            recorded: str | None = await con.fetchval(self._sql.seal_check_get)
+            if recorded is not None and not self._sealer.has_key(bytes.fromhex(recorded)):
+                return recorded
+            if recorded != mine:
+                await con.execute(self._sql.seal_check_put, mine)
+        return None
+
     async def schema_is_current(self) -> bool:
         wanted = {m.version for m in load_migrations("postgres")}
         sql = self._sql

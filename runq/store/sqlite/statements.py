@@ -115,6 +115,9 @@ class Statements:
     count_due: str
     count_delayed: str
     count_user_queued: str
+    # -- the fleet's seal key fingerprint -------------------------------------------------
+    seal_check_get: str
+    seal_check_put: str
 
 
 def _reap(t: str) -> str:
@@ -413,6 +416,12 @@ def build(schema: str) -> Statements:
         **_maintenance(t, w),
         **_migrations(f"{schema}_schema_migrations"),
         **_depth_gates(t),
+        seal_check_get=f"SELECT key_id FROM {schema}_seal_check WHERE id = 1",
+        seal_check_put=(
+            f"INSERT INTO {schema}_seal_check (id, key_id, updated_at) VALUES (1, ?, ?)"
+            " ON CONFLICT (id) DO UPDATE SET key_id = excluded.key_id,"
+            " updated_at = excluded.updated_at"
+        ),
     )
 
 

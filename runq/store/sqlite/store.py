@@ -108,6 +108,20 @@ class SqliteStore:
         conn.execute(self._sql.record_migration, (migration.version, migration.name, now))
         return True
 
+    async def check_seal_key(self) -> str | None:
+        mine = self._sealer.sealing_key_id.hex()
+
+        def body(conn: sqlite3.Connection, now: float) -> str | None:
+            row = conn.execute(self._sql.seal_check_get).fetchone()
+            if row is not None and not self._sealer.has_key(bytes.fromhex(row[0])):
+                recorded: str = row[0]
+                return recorded
+            if row is None or row[0] != mine:
+                conn.execute(self._sql.seal_check_put, (mine, now))
+            return None
+
+        return await self._write(body)
+
     async def schema_is_current(self) -> bool:
         def body(conn: sqlite3.Connection, now: float) -> set[int]:
             if not conn.execute(self._sql.migrations_table_exists).fetchone():
