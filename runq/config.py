@@ -48,8 +48,10 @@ REAP_LIMIT = 50
 #: ``runq work``: at most this many runs per sweep, and no new claim after this many seconds.
 SWEEP_LIMIT = 50
 SWEEP_TIME_LIMIT_SECONDS = 60.0
-#: A worker counts as live when seen within this many seconds (``runq status``, /metrics).
-LIVE_WORKER_SECONDS = 120.0
+#: A worker counts as live while its last heartbeat is younger than this many heartbeat
+#: intervals: two may fail without the worker flickering dead, and a killed worker stops
+#: counting within one lock grace (``runq status``, /metrics, the console).
+LIVE_WORKER_HEARTBEATS = 3
 #: Worker rows not seen for this long are deleted, checked this often.
 WORKER_ROW_MAX_AGE_SECONDS = 86400.0
 WORKER_PRUNE_INTERVAL_SECONDS = 3600.0
@@ -78,6 +80,11 @@ class QueueConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     poll_interval: float = 1.0
     max_concurrency: int = 32
     max_queue_depth: int = 1000
+    #: Queued runs not yet due (delayed) have their own bound: they never count against
+    #: ``max_queue_depth``, so runs delayed far into the future cannot fill the queue.
+    max_delayed: int = 10000
+    #: One user's queued runs (0 = unbounded): no user can fill the queue for everyone.
+    max_queued_per_user: int = 0
     retention_seconds: float = 86400.0
     paused_retention_seconds: float = 0.0
     retention_interval_seconds: float = 3600.0
@@ -88,6 +95,11 @@ class QueueConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     @property
     def heartbeat_interval(self) -> float:
         return self.lock_grace_seconds / 3
+
+    @property
+    def live_worker_seconds(self) -> float:
+        """A worker seen (heartbeat) within this many seconds counts as live."""
+        return LIVE_WORKER_HEARTBEATS * self.heartbeat_interval
 
     @property
     def effective_stop_timeout(self) -> float:
@@ -548,6 +560,10 @@ def _validate_queue(q: QueueConfig) -> None:
         1 <= q.max_concurrency <= 10_000, "queue.max_concurrency", "must be between 1 and 10000"
     )
     _require(q.max_queue_depth >= 0, "queue.max_queue_depth", "must be >= 0 (0 = unbounded)")
+    _require(q.max_delayed >= 0, "queue.max_delayed", "must be >= 0 (0 = unbounded)")
+    _require(
+        q.max_queued_per_user >= 0, "queue.max_queued_per_user", "must be >= 0 (0 = unbounded)"
+    )
     _require(q.retention_seconds > 0, "queue.retention_seconds", "must be > 0")
     _require(q.paused_retention_seconds >= 0, "queue.paused_retention_seconds", "must be >= 0")
     _require(q.retention_interval_seconds > 0, "queue.retention_interval_seconds", "must be > 0")

@@ -316,3 +316,19 @@ def is_larger_than(value: Any, budget: int) -> bool:
         if budget < 0:
             return True
     return False
+
+
+#: What a failed run keeps of its error at level ``none``: the handler's message may quote
+#: the payload or an upstream body, so none of it is kept.
+ERROR_NOT_KEPT = "the handler failed (its message is not kept at [privacy] level = none)"
+
+
+def keep_error(level: str, text: str) -> str:
+    """A handler's error message as the privacy level lets a run keep it: as is at
+    ``metadata``/``full``, masked at ``redacted``, a generic line at ``none``. ``text`` is
+    short (the executor caps it), so redacting it on the event loop is cheap."""
+    if level == "none":
+        return ERROR_NOT_KEPT
+    if level == "redacted":
+        return redact_text(text)
+    return text

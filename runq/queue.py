@@ -22,7 +22,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from runq.components import ComponentRegistry
-from runq.config import LIVE_WORKER_SECONDS, Config, load_config
+from runq.config import Config, load_config
 from runq.errors import BadRequest, StoreUnavailable, UnknownComponent
 from runq.flow.waits import WaitInputs, explain
 from runq.log import get_logger
@@ -245,8 +245,13 @@ class Queue:
             raise UnknownComponent(f"unknown component {component_type}/{component_id}")
 
     async def _store(self, new: NewRun, *, wake: bool = False) -> SubmitResult:
+        queue = self.config.queue
         result = await self.store.submit(
-            new, max_queue_depth=self.config.queue.max_queue_depth, wake=wake
+            new,
+            max_queue_depth=queue.max_queue_depth,
+            wake=wake,
+            max_delayed=queue.max_delayed,
+            max_queued_per_user=queue.max_queued_per_user,
         )
         if result.created:
             SUBMISSIONS.labels(origin=new.origin).inc()
@@ -432,7 +437,9 @@ class Queue:
         store = self.store
         served = True
         if run.deployment_id:
-            workers = await store.list_workers(max_age_seconds=LIVE_WORKER_SECONDS)
+            workers = await store.list_workers(
+                max_age_seconds=self.config.queue.live_worker_seconds
+            )
             served = any(w.deployment_id == run.deployment_id for w in workers)
         inputs = WaitInputs(
             state=await store.flow_state(),

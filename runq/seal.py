@@ -42,6 +42,10 @@ class Sealer(Protocol):
 
     def open(self, column: str, run_id: str, sealed: bytes) -> bytes: ...
 
+    def has_key(self, key_id: bytes) -> bool:
+        """True when values sealed under ``key_id`` open with this sealer."""
+        ...
+
 
 def key_id_of(key: bytes) -> bytes:
     return hashlib.sha256(b"runq-key-id:" + key).digest()[:KEY_ID_BYTES]
@@ -74,6 +78,9 @@ class KeyRing:
     @property
     def sealing_key_id(self) -> bytes:
         return self._sealing_id
+
+    def has_key(self, key_id: bytes) -> bool:
+        return key_id in self._by_id
 
     def seal(self, column: str, run_id: str, plaintext: bytes) -> bytes:
         nonce = os.urandom(NONCE_BYTES)

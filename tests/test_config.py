@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runq.config import LIVE_WORKER_SECONDS, Config, load_config, redact_url, store_engine
+from runq.config import Config, load_config, redact_url, store_engine
 from runq.errors import ConfigError
 from runq.maintenance.reaper import ReaperConfig
 from runq.maintenance.retention import RetentionConfig
@@ -134,7 +134,7 @@ redacted_max_chars = 100
     assert WorkerRegistryConfig.from_config(c).deployment_id == "gpu"
     exporter = ExporterConfig.from_config(c)
     assert exporter.lock_grace_seconds == 90
-    assert exporter.worker_max_age_seconds == LIVE_WORKER_SECONDS
+    assert exporter.worker_max_age_seconds == 90  # three heartbeats of 30 s
 
 
 def test_a_full_file_is_read(tmp_path: Path) -> None:

@@ -71,9 +71,15 @@ class Identity:
         return Actor(user_id=self.user_id, service_account=self.service_account, scopes=self.scopes)
 
     def owns(self, run: Run) -> bool:
-        # A run without a user (service account, open mode) belongs to nobody in particular:
-        # only admins and approvers see it, or any token subject could claim it.
-        return self.user_id is not None and run.user_id == self.user_id
+        # A run without a user (open mode) belongs to nobody in particular: only admins and
+        # approvers see it, or any token subject could claim it. Neither does a run a service
+        # account submitted (the CLI records its runs under "cli"): a token whose subject
+        # happens to be that name must not borrow the service account's runs.
+        return (
+            self.user_id is not None
+            and not run.actor.service_account
+            and run.user_id == self.user_id
+        )
 
     def can_see(self, run: Run) -> bool:
         return self.is_admin or self.is_approver or self.owns(run)

@@ -18,10 +18,11 @@ import click
 from click.core import ParameterSource
 
 from runq.components import ComponentRegistry
-from runq.config import Config, load_config
+from runq.config import Config, load_config, store_engine
 from runq.errors import ConfigError, RunqError, StoreUnavailable
 from runq.log import configure_logging
 from runq.model import Actor
+from runq.store import sqlite_path
 
 if TYPE_CHECKING:
     from runq.queue import Queue
@@ -48,17 +49,34 @@ class CliContext:
         return self._config
 
     def queue(
-        self, *, migrate: bool = False, components: bool = False
+        self, *, migrate: bool = False, components: bool = False, create: bool = False
     ) -> AbstractAsyncContextManager[Queue]:
-        """``Queue.open``; ``components`` resolves ``[components]`` (only producers need it)."""
+        """``Queue.open``; ``components`` resolves ``[components]`` (only producers need it).
+
+        Without ``create``, a SQLite database that does not exist is refused before anything
+        is opened: a mistyped path must not leave a directory, a key file and a fresh empty
+        queue behind (and a worker on it must not wait forever for runs that never come)."""
         from runq.queue import Queue
 
+        if not create:
+            refuse_missing_database(self.config)
         registry = None if components else ComponentRegistry({})
         return Queue.open(config=self.config, migrate=migrate, components=registry)
 
     @property
     def cli_actor(self) -> Actor:
         return Actor(user_id=self.config.cli.service_account, service_account=True)
+
+
+def refuse_missing_database(config: Config) -> None:
+    if store_engine(config.store.url) != "sqlite":
+        return
+    path = sqlite_path(config.store.url)
+    if str(path) != ":memory:" and not path.exists():
+        raise StoreUnavailable(
+            f"SQLite database {path} does not exist (check --store-url / [store] url; "
+            "`runq migrate` creates it)"
+        )
 
 
 def leaf_errors(error: BaseException) -> Iterator[BaseException]:

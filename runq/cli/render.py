@@ -13,6 +13,29 @@ from runq.model import JobView, Run, Status, WaitReason
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.text import Text
+
+# Every C0 and C1 control character, DEL, and the bidirectional overrides and isolates: a run
+# error or payload is text from outside, and an escape sequence in it (OSC 52 writes the
+# clipboard, others retitle or redraw the terminal) or a bidi override (text that reads
+# differently than it is) must never reach the operator's terminal. Tab and newline become a
+# space so a table row stays one row. One ``str.translate`` pass: linear in the text.
+_CONTROL: dict[int, str | None] = {c: None for c in (*range(0x00, 0x20), *range(0x7F, 0xA0))}
+_CONTROL.update({c: None for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))})
+_CONTROL.update({ord("\t"): " ", ord("\n"): " ", ord("\r"): " "})
+
+
+def printable(value: str) -> str:
+    """``value`` without control characters, safe to write to a terminal."""
+    return value.translate(_CONTROL)
+
+
+def cell(value: str) -> Text:
+    """A table cell that rich prints literally: control characters stripped and no markup
+    parsed, so ``[/]`` or ``[link=...]`` in a run error is shown, not interpreted."""
+    from rich.text import Text
+
+    return Text(printable(value))
 
 
 def echo_json(value: Any) -> None:
@@ -31,9 +54,9 @@ def new_console() -> Console:
     return Console(highlight=False)
 
 
-def job_row(run: Run) -> list[str]:
+def job_row(run: Run) -> list[Text]:
     error = (run.error or "")[:60]
-    return [
+    texts = [
         run.id,
         run.component,
         run.status.value,
@@ -41,6 +64,7 @@ def job_row(run: Run) -> list[str]:
         format_time(run.created_at),
         error,
     ]
+    return [cell(text) for text in texts]
 
 
 def print_run(run: Run, as_json: bool, *, waiting: WaitReason | None = None) -> None:
@@ -60,7 +84,7 @@ def print_run(run: Run, as_json: bool, *, waiting: WaitReason | None = None) -> 
             value = f"{format_time(value)} ({value:.3f})"
         elif isinstance(value, dict | list):
             value = json.dumps(value)[:500]
-        table.add_row(key, "-" if value is None else str(value))
+        table.add_row(cell(key), cell("-" if value is None else str(value)))
     new_console().print(table)
 
 
@@ -69,4 +93,4 @@ def print_report(run: Run, as_json: bool) -> None:
         echo_json(JobView.from_run(run))
         return
     extra = " (cancel requested)" if run.cancel_requested and run.status is Status.RUNNING else ""
-    click.echo(f"{run.id} {run.status.value}{extra}")
+    click.echo(printable(f"{run.id} {run.status.value}{extra}"))

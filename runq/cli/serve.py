@@ -41,14 +41,18 @@ def serve_cmd(cli_ctx: CliContext) -> None:
 @click.command("migrate")
 @common_options
 def migrate_cmd(cli_ctx: CliContext) -> None:
-    """Apply pending database migrations (safe while replicas run)."""
+    """Apply pending database migrations (safe while replicas run) and record the fleet's
+    seal key fingerprint (refused, exit 2, when these keys cannot open the fleet's values)."""
+    from runq.serve.supervisor import refuse_a_foreign_seal_key
     from runq.store import open_store
 
     config = cli_ctx.config
 
     async def go() -> int:
         async with open_store(config) as store:
-            return await store.migrate()
+            applied = await store.migrate()
+            await refuse_a_foreign_seal_key(store)
+            return applied
 
     applied = run_async(go)
     click.echo(f"applied {applied} migration(s) to {redact_url(config.store.url)}")
@@ -62,9 +66,12 @@ def migrate_cmd(cli_ctx: CliContext) -> None:
     default=SWEEP_TIME_LIMIT_SECONDS,
     show_default=True,
 )
+@click.option("--create", is_flag=True, help="Create (and migrate) a missing SQLite database.")
 @click.option("--json", "as_json", is_flag=True)
 @common_options
-def work_cmd(cli_ctx: CliContext, limit: int, time_limit: float, as_json: bool) -> None:
+def work_cmd(
+    cli_ctx: CliContext, limit: int, time_limit: float, create: bool, as_json: bool
+) -> None:
     """One bounded sweep for cron: oldest first. Exit 0 even when runs failed; 1 when the
     queue cannot be read."""
     from runq.worker.claimer import SweepReport, sweep
@@ -73,7 +80,7 @@ def work_cmd(cli_ctx: CliContext, limit: int, time_limit: float, as_json: bool) 
     config = cli_ctx.config
 
     async def go() -> SweepReport:
-        async with cli_ctx.queue(migrate=True, components=True) as q:
+        async with cli_ctx.queue(migrate=True, components=True, create=create) as q:
             runtime = WorkerRuntime(store=q.store, config=config, components=q.components)
             return await sweep(
                 q.store,

@@ -18,8 +18,7 @@ from runq.cli.options import (
     run_async,
 )
 from runq.cli.pauses import print_pauses
-from runq.cli.render import echo_json, new_console
-from runq.config import LIVE_WORKER_SECONDS
+from runq.cli.render import cell, echo_json, new_console, printable
 from runq.errors import ConfigError
 from runq.model import Pause, QueueHealth, Status
 
@@ -37,6 +36,7 @@ def _problems(health: QueueHealth, *, max_queue_wait: float, minimum_workers: in
 
 
 def _print_status(health: QueueHealth, problems: list[str]) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="runq status", show_header=False)
@@ -47,14 +47,14 @@ def _print_status(health: QueueHealth, problems: list[str]) -> None:
     age = health.oldest_queued_age_seconds
     table.add_row("oldest queued wait", "-" if age is None else f"{age:.1f}s")
     for deployment, dep_age in sorted(health.oldest_queued_age_by_deployment.items()):
-        table.add_row(f"  deployment {deployment or '(none)'}", f"{dep_age:.1f}s")
+        table.add_row(cell(f"  deployment {deployment or '(none)'}"), f"{dep_age:.1f}s")
     table.add_row("expired leases", str(health.expired_leases))
     table.add_row("live workers", str(health.live_workers))
     console = new_console()
     console.print(table)
     if problems:
         for problem in problems:
-            console.print(f"[red]unhealthy:[/red] {problem}")
+            console.print(f"[red]unhealthy:[/red] {escape(printable(problem))}")
     else:
         console.print("[green]healthy[/green]")
 
@@ -63,14 +63,19 @@ def _print_status(health: QueueHealth, problems: list[str]) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--max-queue-wait", type=float, default=300.0, show_default=True)
 @click.option("--minimum-workers", type=int, default=1, show_default=True)
-@click.option("--worker-max-age", type=float, default=LIVE_WORKER_SECONDS, show_default=True)
+@click.option(
+    "--worker-max-age",
+    type=float,
+    default=None,
+    help="A worker seen within this many seconds is live [default: 3 heartbeat intervals].",
+)
 @common_options
 def status_cmd(
     cli_ctx: CliContext,
     as_json: bool,
     max_queue_wait: float,
     minimum_workers: int,
-    worker_max_age: float,
+    worker_max_age: float | None,
 ) -> None:
     """Queue health. Exit 0 healthy, 1 unhealthy or database unreadable, 2 bad arguments."""
     bad = []
@@ -78,17 +83,18 @@ def status_cmd(
         bad.append("--max-queue-wait must be >= 0")
     if minimum_workers < 0:
         bad.append("--minimum-workers must be >= 0")
-    if worker_max_age <= 0:
+    if worker_max_age is not None and worker_max_age <= 0:
         bad.append("--worker-max-age must be > 0")
     if bad:
         click.echo("runq: " + "; ".join(bad), err=True)
         sys.exit(EXIT_USAGE)
     lock_grace = cli_ctx.config.queue.lock_grace_seconds
+    live_within = worker_max_age or cli_ctx.config.queue.live_worker_seconds
 
     async def go() -> tuple[QueueHealth, list[Pause]]:
         async with cli_ctx.queue() as q:
             result: QueueHealth = await q.store.health(
-                lock_grace_seconds=lock_grace, worker_max_age_seconds=worker_max_age
+                lock_grace_seconds=lock_grace, worker_max_age_seconds=live_within
             )
             return result, await q.store.list_pauses()
 

@@ -52,7 +52,7 @@ def _submit(cli_ctx: CliContext, background: bool, **opts: Any) -> None:
     actor = Actor(user_id=opts["user"]) if opts["user"] else cli_ctx.cli_actor
 
     async def go() -> Run:
-        async with cli_ctx.queue(migrate=True, components=True) as q:
+        async with cli_ctx.queue(migrate=True, components=True, create=True) as q:
             new = q.new_run(
                 ctype,
                 cid,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import anyio
 from prometheus_client import generate_latest
 
-from runq.config import LIVE_WORKER_SECONDS, Config
+from runq.config import Config
 from runq.flow.waits import held_counts
 from runq.log import get_logger
 from runq.metrics import (
@@ -51,8 +51,7 @@ class ExporterConfig:
         q = config.queue
         return cls(
             lock_grace_seconds=q.lock_grace_seconds,
-            # Never shorter than three heartbeats: a live worker must not flicker dead.
-            worker_max_age_seconds=max(LIVE_WORKER_SECONDS, 3 * q.heartbeat_interval),
+            worker_max_age_seconds=q.live_worker_seconds,
             cache_seconds=CACHE_SECONDS,
         )
 

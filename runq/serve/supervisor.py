@@ -29,6 +29,7 @@ from anyio.abc import TaskGroup
 
 from runq.components import ComponentRegistry
 from runq.config import Config
+from runq.errors import ConfigError
 from runq.log import get_logger
 from runq.maintenance.reaper import Reaper, ReaperConfig
 from runq.maintenance.retention import Retention, RetentionConfig
@@ -44,6 +45,7 @@ from runq.serve.http_server import (
     embedded_server,
 )
 from runq.serve.systemd import SystemdNotifier
+from runq.store.base import Store
 from runq.transports.postgres import Listener, is_listenable
 from runq.worker.claimer import Claimer, ClaimerConfig
 from runq.worker.inflight import Interrupt
@@ -352,6 +354,19 @@ class Supervisor:
 # -- entry point ----------------------------------------------------------------------------------
 
 
+async def refuse_a_foreign_seal_key(store: Store) -> None:
+    """A replica whose keys cannot open the fleet's values must not start: it would claim
+    runs, fail to open them and leave them to the reaper, emptying the queue into the dead
+    letters."""
+    recorded = await store.check_seal_key()
+    if recorded is not None:
+        raise ConfigError(
+            "seal.keys",
+            f"none of these keys opens the fleet's values (they are sealed under key id "
+            f"{recorded}); configure the fleet's seal keys",
+        )
+
+
 async def serve(config: Config, *, on_ready: Callable[[], None] | None = None) -> int:
     """Resolve components, open (and migrate) the store, serve until stopped; ``on_ready``
     is called once the daemon is ready."""
@@ -362,6 +377,7 @@ async def serve(config: Config, *, on_ready: Callable[[], None] | None = None) -
             queue = await stack.enter_async_context(
                 Queue.open(config=config, migrate=True, components=components)
             )
+            await refuse_a_foreign_seal_key(queue.store)
             return await Supervisor(queue, on_ready=on_ready).run()
     finally:
         with anyio.CancelScope(shield=True):

@@ -48,6 +48,9 @@ class _NoKeys:
     def open(self, column: str, run_id: str, sealed: bytes) -> bytes:
         raise SealError("no seal key is configured")
 
+    def has_key(self, key_id: bytes) -> bool:
+        return False
+
 
 async def _check_reachable(config: Config) -> None:
     """Connect and ping once; raises ``StoreUnavailable`` when the database is away."""

@@ -62,6 +62,12 @@ class Store(Protocol):
     async def migrate(self) -> int:
         """Apply pending migrations; safe when replicas start at once. Returns how many ran."""
 
+    async def check_seal_key(self) -> str | None:
+        """The fleet's seal key fingerprint (the sealing key's id, never the key): recorded
+        when absent, moved to this store's sealing key when the ring also holds the recorded
+        one (a rotation). Returns the recorded id (hex) when this store's keys cannot open
+        values sealed under it, else None. Called after ``migrate``."""
+
     async def schema_is_current(self) -> bool:
         """True when every migration this version knows has been applied (``/readyz``)."""
 
@@ -74,15 +80,24 @@ class Store(Protocol):
     # -- producer ----------------------------------------------------------------------
 
     async def submit(
-        self, new: NewRun, *, max_queue_depth: int, wake: bool = False
+        self,
+        new: NewRun,
+        *,
+        max_queue_depth: int,
+        wake: bool = False,
+        max_delayed: int = 0,
+        max_queued_per_user: int = 0,
     ) -> SubmitResult:
         """Insert a queued run, attempt 0.
 
         Idempotency: a key already used by the same ``actor.user_id`` returns the
         existing run with ``created=False`` (checked before the depth gate, so a
         duplicate is answered even when the queue is full); the same key for another
-        component raises ``IdempotencyConflict``. When ``max_queue_depth > 0`` and that
-        many runs are queued, raises ``QueueFull``. ``available_at = now + delay_seconds``.
+        component raises ``IdempotencyConflict``. Depth gates (0 = unbounded) raise
+        ``QueueFull``: a due run when ``max_queue_depth`` queued runs are due, a delayed run
+        when ``max_delayed`` queued runs are delayed (runs far in the future never count
+        against the due runs), and a run of a user who has ``max_queued_per_user`` queued
+        runs. ``available_at = now + delay_seconds``.
         ``save_request=False`` stores no payload (``has_request`` false). ``wake``: where the
         engine has LISTEN/NOTIFY, send ``NOTIFY 'wake'`` in the same statement when the run was
         inserted (delivered at commit, one round trip less than a NOTIFY after it); engines

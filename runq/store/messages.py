@@ -62,6 +62,17 @@ def queue_full(max_queue_depth: int) -> str:
     return f"the queue is full: {max_queue_depth} runs are queued (queue.max_queue_depth)"
 
 
+def delayed_full(max_delayed: int) -> str:
+    return f"too many delayed runs: {max_delayed} are waiting for their time (queue.max_delayed)"
+
+
+def user_queue_full(max_queued_per_user: int) -> str:
+    return (
+        f"you have {max_queued_per_user} queued runs already (queue.max_queued_per_user); "
+        "try again when some have run"
+    )
+
+
 def run_exists(run_id: str) -> str:
     return f"run {run_id} already exists"
 

@@ -406,8 +406,7 @@ async def workers_page(request: AnyRequest) -> HTML:
     services = services_of(request)
     store = services.queue.store
     queue_config = services.config.queue
-    # The exporter's rule for "live": seen within three heartbeats (and at least 2 min).
-    live_within = max(120.0, 3 * queue_config.heartbeat_interval)
+    live_within = queue_config.live_worker_seconds
     # Workers not seen for a day are pruned anyway; show the missing ones up to then.
     workers = await store.list_workers(max_age_seconds=86400.0)
     now = await store.now()

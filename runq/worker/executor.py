@@ -58,7 +58,7 @@ from runq.metrics import (
     STORE_ERRORS,
 )
 from runq.model import Completion, FailOutcome, Lease, Run, TerminationReason, retry_delay
-from runq.privacy import keep_answer_async
+from runq.privacy import keep_answer_async, keep_error
 from runq.store.base import Store
 from runq.worker.completer import TRANSIENT_ERRORS, Completer, WriteResult
 from runq.worker.inflight import InFlight, Interrupt
@@ -607,18 +607,20 @@ class Executor:
             return await self._settle_interrupt(ex, Interrupt.LEASE_LOST)
         if isinstance(error, RunInterrupted):
             return await self._fail(ex, SHUTDOWN_ERROR, retryable=True, delay=0.0)
+        # A handler's message may quote the payload: it is kept as the privacy level says.
+        message = keep_error(self.config.privacy_level, error_text(error))
         if isinstance(error, Permanent):
-            return await self._fail(ex, error_text(error), retryable=False)
+            return await self._fail(ex, message, retryable=False)
         if isinstance(error, Retryable):
             delay = error.retry_after if error.retry_after is not None else None
-            return await self._fail(ex, error_text(error), retryable=True, delay=delay)
+            return await self._fail(ex, message, retryable=True, delay=delay)
         log.error(
             "run.raised",
             error_type=type(error).__name__,
-            exc=_format_exception(error),
+            exc=keep_error(self.config.privacy_level, _format_exception(error)),
             **self._fields(ex.run),
         )
-        return await self._fail(ex, error_text(error), retryable=True)
+        return await self._fail(ex, message, retryable=True)
 
     async def _durable(
         self, ex: Execution, verb: str, call: Callable[[], Awaitable[T]]
@@ -756,12 +758,11 @@ class Executor:
             return Outcome("unsettled", applied=False, error=error)
         if result is FailOutcome.FENCED_OFF:
             return self._fenced(ex, "fail")
+        # The error text stays out of INFO lines: it may quote the payload.
         log.info(
-            "run.failed",
-            error=error,
-            retry_scheduled=result is FailOutcome.RETRY_SCHEDULED,
-            **self._fields(run),
+            "run.failed", retry_scheduled=result is FailOutcome.RETRY_SCHEDULED, **self._fields(run)
         )
+        log.debug("run.failed_error", error=error, run_id=run.id)
         if result is FailOutcome.RETRY_SCHEDULED:
             return Outcome("retried", error=error)
         reason = (

@@ -3,7 +3,10 @@
 The interval is ``lock_grace_seconds / 3``, so two heartbeats may fail before a peer's
 reaper judges a lease stale. The loop runs on through the drain (a run still finishing
 must not be reaped by a peer). Each pass also refreshes the worker's ``last_seen_at``.
-A lease the store reports lost stops that execution (its writes would be fenced off);
+A lease the store reports lost stops that execution (its writes would be fenced off),
+unless the execution's completion is already handed in: a batched completion that committed
+just before the heartbeat's statement looks like a lost lease, and its fenced write reports
+a real loss anyway;
 a cancel requested meanwhile stops it too, at once rather than at its next checkpoint.
 """
 
@@ -57,7 +60,8 @@ class Heartbeat:
     async def run_once(self) -> HeartbeatReport:
         leases = self.inflight.leases()
         result = await self.store.heartbeat_many(self.worker_id, leases)
-        for lease in result.lost:
+        lost = [le for le in result.lost if not self.inflight.settling(le.run_id, le.attempt)]
+        for lease in lost:
             if self.inflight.interrupt(lease.run_id, Interrupt.LEASE_LOST, lease.attempt):
                 log.warning(
                     "lease.lost",
@@ -70,9 +74,7 @@ class Heartbeat:
             if self.inflight.interrupt(run_id, Interrupt.CANCELLED):
                 cancelled += 1
                 log.info("run.cancel_observed", run_id=run_id, worker_id=self.worker_id)
-        return HeartbeatReport(
-            renewed=len(result.renewed), lost=len(result.lost), cancelled=cancelled
-        )
+        return HeartbeatReport(renewed=len(result.renewed), lost=len(lost), cancelled=cancelled)
 
     async def run(self) -> None:
         failures = 0

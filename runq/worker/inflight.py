@@ -65,6 +65,12 @@ class InFlight:
     def leases(self) -> list[Lease]:
         return [ex.lease for ex in self._by_id.values()]
 
+    def settling(self, run_id: str, attempt: int) -> bool:
+        """This attempt's completion is handed to the completer: its write decides the run,
+        and a lease found gone meanwhile is most likely that write having landed."""
+        execution = self._by_id.get(run_id)
+        return execution is not None and execution.run.attempt == attempt and execution.handed_in
+
     def interrupt(self, run_id: str, reason: Interrupt, attempt: int | None = None) -> bool:
         execution = self._by_id.get(run_id)
         if execution is None or (attempt is not None and execution.run.attempt != attempt):

@@ -110,7 +110,7 @@ async def test_idempotency_key_length(serve_factory: ServeFactory) -> None:
 async def test_queue_full_answers_429_but_still_answers_duplicates(
     serve_factory: ServeFactory,
 ) -> None:
-    server = await start(serve_factory, queue={"max_queue_depth": 2})
+    server = await start(serve_factory, queue={"max_queue_depth": 2, "max_delayed": 2})
     first = await server.request(
         "POST",
         "/runs",

@@ -471,10 +471,21 @@ async def test_queue_full_at_max_queue_depth(store: Store) -> None:
         await store.submit(new_run(), max_queue_depth=3)
 
 
-async def test_delayed_runs_count_towards_the_depth(store: Store) -> None:
-    await store.submit(new_run(delay_seconds=100), max_queue_depth=1)
+async def test_delayed_runs_have_their_own_bound(store: Store) -> None:
+    # Delayed runs never fill the due queue; they are gated by max_delayed instead.
+    await store.submit(new_run(delay_seconds=100), max_queue_depth=1, max_delayed=1)
+    await store.submit(new_run(), max_queue_depth=1, max_delayed=1)
     with pytest.raises(QueueFull):
         await store.submit(new_run(), max_queue_depth=1)
+    with pytest.raises(QueueFull):
+        await store.submit(new_run(delay_seconds=100), max_queue_depth=1, max_delayed=1)
+
+
+async def test_queued_runs_per_user_are_bounded(store: Store) -> None:
+    await store.submit(new_run(user_id="u"), max_queue_depth=0, max_queued_per_user=1)
+    with pytest.raises(QueueFull):
+        await store.submit(new_run(user_id="u"), max_queue_depth=0, max_queued_per_user=1)
+    await store.submit(new_run(user_id="v"), max_queue_depth=0, max_queued_per_user=1)
 
 
 async def test_depth_zero_is_unbounded(store: Store) -> None:

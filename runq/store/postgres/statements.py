@@ -105,6 +105,9 @@ class Statements:
     pause_list: str
     session_ahead: str
     queued_by_component: str
+    # -- the fleet's seal key fingerprint -------------------------------------------------
+    seal_check_get: str
+    seal_check_put: str
 
 
 def _component_name(alias: str) -> str:
@@ -377,8 +380,11 @@ def _submit_sql(s: str, now: str) -> str:
     $1 id, $2 type, $3 component id, $4 max_attempts, $5 priority, $6 session, $7 user,
     $8 actor, $9 configuration, $10 deployment, $11 idempotency key, $12 origin,
     $13 delay, $14 has_request, $15 payload, $16 max_queue_depth (0 = unbounded),
-    $17 the NOTIFY channel when the insert should wake the listeners (NULL: no NOTIFY).
-    The depth count stops at the limit (a bounded index-only walk of the queued rows).
+    $17 the NOTIFY channel when the insert should wake the listeners (NULL: no NOTIFY),
+    $18 concurrency_key, $19 max_delayed, $20 max_queued_per_user (0 = unbounded).
+    A due run is gated by the due runs ($16) and a delayed one by the delayed runs ($19), so
+    runs far in the future cannot fill the queue for everyone; a user's queued runs are gated
+    by $20. Each count stops at its limit (a bounded walk of the queued rows).
     ON CONFLICT covers a concurrent submit of the same key: nothing is returned then and
     the caller re-runs the statement, which now sees the winner in ``existing``.
     """
@@ -388,17 +394,30 @@ def _submit_sql(s: str, now: str) -> str:
             WHERE idempotency_key = $11 AND coalesce(user_id, '') = coalesce($7, '')
         ),
         gate AS (
-            SELECT $16::bigint > 0 AND (
+            SELECT CASE WHEN $13::float8 > 0 THEN $19::bigint > 0 AND (
                 SELECT count(*) FROM (
-                    SELECT 1 FROM {s}.runs WHERE status = 'queued' LIMIT $16::bigint
+                    SELECT 1 FROM {s}.runs
+                    WHERE status = 'queued' AND available_at > {now} LIMIT $19::bigint
                 ) AS q
-            ) >= $16::bigint AS is_full
+            ) >= $19::bigint ELSE $16::bigint > 0 AND (
+                SELECT count(*) FROM (
+                    SELECT 1 FROM {s}.runs
+                    WHERE status = 'queued' AND available_at <= {now} LIMIT $16::bigint
+                ) AS q
+            ) >= $16::bigint END AS is_full,
+            $20::bigint > 0 AND $7::text IS NOT NULL AND (
+                SELECT count(*) FROM (
+                    SELECT 1 FROM {s}.runs
+                    WHERE user_id = $7 AND status = 'queued' LIMIT $20::bigint
+                ) AS u
+            ) >= $20::bigint AS user_full
         ),
         ins AS (
             INSERT INTO {s}.runs ({_INSERT_COLUMNS})
             SELECT $1, $2, $3, 'queued', 0, $4, $5, $6, $7, $8, $9, $10, $11, $12,
                    {now}, {now}, {now} + $13::float8, $14, $15, $18::text
-            WHERE NOT EXISTS (SELECT 1 FROM existing) AND NOT (SELECT is_full FROM gate)
+            WHERE NOT EXISTS (SELECT 1 FROM existing)
+              AND NOT (SELECT is_full OR user_full FROM gate)
             ON CONFLICT (idempotency_key, (coalesce(user_id, '')))
                 WHERE idempotency_key IS NOT NULL DO NOTHING
             RETURNING *
@@ -408,6 +427,7 @@ def _submit_sql(s: str, now: str) -> str:
                (SELECT component_type || '/' || component_id FROM existing)
                    AS existing_component,
                (SELECT is_full FROM gate) AS queue_full,
+               (SELECT user_full FROM gate) AS user_full,
                CASE WHEN $17::text IS NOT NULL AND ins.id IS NOT NULL
                     THEN pg_notify($17::text, 'wake') IS NULL END AS notified
         FROM (SELECT 1) AS one LEFT JOIN ins ON true"""
@@ -713,6 +733,12 @@ def build(schema: str, offset: float) -> Statements:
         claim_limited_affinity=limited_affinity,
         claim_limited_one=limited_one,
         **_flow_sql(s, now),
+        seal_check_get=f"SELECT key_id FROM {s}.seal_check WHERE id = 1 FOR UPDATE",
+        seal_check_put=(
+            f"INSERT INTO {s}.seal_check (id, key_id, updated_at) VALUES (1, $1, {now})"
+            " ON CONFLICT (id) DO UPDATE SET key_id = excluded.key_id,"
+            " updated_at = excluded.updated_at"
+        ),
     )
 
 

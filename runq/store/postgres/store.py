@@ -229,6 +229,16 @@ class PostgresStore:
                 applied += 1
             return applied
 
+    async def check_seal_key(self) -> str | None:
+        mine = self._sealer.sealing_key_id.hex()
+        async with self._db.transaction() as con:
+            recorded: str | None = await con.fetchval(self._sql.seal_check_get)
+            if recorded is not None and not self._sealer.has_key(bytes.fromhex(recorded)):
+                return recorded
+            if recorded != mine:
+                await con.execute(self._sql.seal_check_put, mine)
+        return None
+
     async def schema_is_current(self) -> bool:
         wanted = {m.version for m in load_migrations("postgres")}
         sql = self._sql
@@ -255,7 +265,13 @@ class PostgresStore:
     # -- producer -----------------------------------------------------------------------
 
     async def submit(
-        self, new: NewRun, *, max_queue_depth: int, wake: bool = False
+        self,
+        new: NewRun,
+        *,
+        max_queue_depth: int,
+        wake: bool = False,
+        max_delayed: int = 0,
+        max_queued_per_user: int = 0,
     ) -> SubmitResult:
         run_id = new.id or new_run_id()
         # Encode before any SQL: a value that is not JSON raises InvalidPayload, nothing written.
@@ -265,6 +281,8 @@ class PostgresStore:
             max(max_queue_depth, 0),
             self.channel if wake else None,
             new.concurrency_key,
+            max(max_delayed, 0),
+            max(max_queued_per_user, 0),
         )
         if new.unique is not None:
             return await self._submit_unique(new, args, max_queue_depth)
@@ -273,8 +291,10 @@ class PostgresStore:
     async def _submit_row(
         self, new: NewRun, args: Sequence[Any], max_queue_depth: int, db: Any
     ) -> SubmitResult:
-        """The submit statement on ``db`` (the pool, or a connection inside a transaction)."""
+        """The submit statement on ``db`` (the pool, or a connection inside a transaction);
+        ``args`` as ``_submit_sql`` numbers them."""
         run_id = args[0]
+        delay, max_delayed, max_queued_per_user = args[12], args[18], args[19]
         for _ in range(_SUBMIT_ATTEMPTS):
             try:
                 row = await db.fetchrow(self._sql.submit, *args)
@@ -284,6 +304,10 @@ class PostgresStore:
                 return SubmitResult(self._run(row), True)
             if row["existing_id"] is not None:
                 return await self._existing(new, row["existing_id"], row["existing_component"])
+            if row["user_full"]:
+                raise QueueFull(messages.user_queue_full(max_queued_per_user))
+            if row["queue_full"] and delay > 0:
+                raise QueueFull(messages.delayed_full(max_delayed))
             if row["queue_full"]:
                 raise QueueFull(messages.queue_full(max_queue_depth))
             # Lost an idempotency race to a transaction that committed meanwhile: go again.

@@ -14,6 +14,7 @@ SQLite failures turned into ``StoreUnavailable`` messages an operator can act on
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -153,6 +154,8 @@ class Connections:
         self._writer, self._reader = writer, reader
 
     async def _open(self, *, query_only: bool) -> aiosqlite.Connection:
+        if not query_only:
+            create_private(self.path)
         conn = aiosqlite.connect(
             self.path,
             isolation_level=None,  # explicit transactions only: we say BEGIN IMMEDIATE
@@ -193,6 +196,16 @@ class Connections:
                 # Closing is best effort; the file stays consistent either way (WAL).
                 with contextlib.suppress(sqlite3.Error):
                     await conn.close()
+
+
+def create_private(path: Path) -> None:
+    """Create the database file readable by its owner only (it holds user ids and errors in
+    clear); SQLite gives its -wal and -shm files the same mode. An existing file is left as
+    it is, and so is an in-memory database."""
+    if str(path) == ":memory:" or path.exists():
+        return
+    with contextlib.suppress(FileExistsError, FileNotFoundError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 def _raw(conn: aiosqlite.Connection | None) -> sqlite3.Connection:

@@ -125,6 +125,13 @@ class Statements:
     pause_list: str
     session_ahead: str
     queued_by_component: str
+    # -- submit's depth gates (count stops at the limit) ----------------------------------
+    count_due: str
+    count_delayed: str
+    count_user_queued: str
+    # -- the fleet's seal key fingerprint -------------------------------------------------
+    seal_check_get: str
+    seal_check_put: str
 
 
 def _reap(t: str) -> str:
@@ -485,7 +492,28 @@ def build(schema: str) -> Statements:
             " AND substr(id, 1, length(:prefix)) = :prefix ORDER BY id LIMIT :limit"
         ),
         **_flow(t, f"{schema}_rate_windows", f"{schema}_pauses"),
+        **_depth_gates(t),
+        seal_check_get=f"SELECT key_id FROM {schema}_seal_check WHERE id = 1",
+        seal_check_put=(
+            f"INSERT INTO {schema}_seal_check (id, key_id, updated_at) VALUES (1, ?, ?)"
+            " ON CONFLICT (id) DO UPDATE SET key_id = excluded.key_id,"
+            " updated_at = excluded.updated_at"
+        ),
     )
+
+
+def _depth_gates(t: str) -> dict[str, str]:
+    """Bounded counts for submit's gates: due runs (the global depth), delayed runs (their own
+    bound, so far-future runs cannot fill the queue), and one user's queued runs."""
+    queued = f"SELECT 1 FROM {t} WHERE status = 'queued'"
+    return {
+        "count_due": f"SELECT count(*) FROM ({queued} AND available_at <= ? LIMIT ?)",
+        "count_delayed": f"SELECT count(*) FROM ({queued} AND available_at > ? LIMIT ?)",
+        "count_user_queued": (
+            f"SELECT count(*) FROM (SELECT 1 FROM {t} WHERE user_id = ? AND status = 'queued'"
+            " LIMIT ?)"
+        ),
+    }
 
 
 def _flow(t: str, rates: str, pauses: str) -> dict[str, str]:

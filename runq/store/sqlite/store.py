@@ -115,6 +115,20 @@ class SqliteStore:
         conn.execute(self._sql.record_migration, (migration.version, migration.name, now))
         return True
 
+    async def check_seal_key(self) -> str | None:
+        mine = self._sealer.sealing_key_id.hex()
+
+        def body(conn: sqlite3.Connection, now: float) -> str | None:
+            row = conn.execute(self._sql.seal_check_get).fetchone()
+            if row is not None and not self._sealer.has_key(bytes.fromhex(row[0])):
+                recorded: str = row[0]
+                return recorded
+            if row is None or row[0] != mine:
+                conn.execute(self._sql.seal_check_put, (mine, now))
+            return None
+
+        return await self._write(body)
+
     async def schema_is_current(self) -> bool:
         def body(conn: sqlite3.Connection, now: float) -> set[int]:
             if not conn.execute(self._sql.migrations_table_exists).fetchone():
@@ -136,7 +150,13 @@ class SqliteStore:
     # -- producer -------------------------------------------------------------------------
 
     async def submit(
-        self, new: NewRun, *, max_queue_depth: int, wake: bool = False
+        self,
+        new: NewRun,
+        *,
+        max_queue_depth: int,
+        wake: bool = False,
+        max_delayed: int = 0,
+        max_queued_per_user: int = 0,
     ) -> SubmitResult:
         # ``wake`` asks for an in-statement NOTIFY; SQLite has none (claimers poll or are
         # woken in process), so it is ignored.
@@ -146,6 +166,7 @@ class SqliteStore:
         values = rows.insert_values(new, run_id, self._sealer, encoded)
         params: dict[str, Any] = {**values._asdict(), "concurrency_key": new.concurrency_key}
         key, user = new.idempotency_key, new.actor.user_id or ""
+        delayed, limits = values.delay > 0, (max_delayed, max_queued_per_user)
 
         unique, unique_component = new.unique, f"{new.component_type}/{new.component_id}"
 
@@ -167,10 +188,7 @@ class SqliteStore:
                     if component != f"{new.component_type}/{new.component_id}":
                         raise IdempotencyConflict(messages.idempotency_conflict(key, component))
                     return existing, now
-            if max_queue_depth > 0:
-                queued = conn.execute(self._sql.count_queued, (max_queue_depth,)).fetchone()[0]
-                if queued >= max_queue_depth:
-                    raise QueueFull(messages.queue_full(max_queue_depth))
+            self._check_depth(conn, now, delayed, user, max_queue_depth, limits)
             try:
                 conn.execute(self._sql.insert, {**params, "now": now})
             except sqlite3.IntegrityError as e:
@@ -186,6 +204,30 @@ class SqliteStore:
         if existing is not None:
             return SubmitResult(self._run(existing), created=False)
         return SubmitResult(rows.fresh_run(new, values, encoded, now), created=True)
+
+    def _check_depth(
+        self,
+        conn: sqlite3.Connection,
+        now: float,
+        delayed: bool,
+        user: str,
+        max_queue_depth: int,
+        limits: tuple[int, int],
+    ) -> None:
+        """Submit's depth gates (see ``Store.submit``), inside its write transaction."""
+        max_delayed, max_per_user = limits
+        if delayed and max_delayed > 0:
+            count = conn.execute(self._sql.count_delayed, (now, max_delayed)).fetchone()[0]
+            if count >= max_delayed:
+                raise QueueFull(messages.delayed_full(max_delayed))
+        if not delayed and max_queue_depth > 0:
+            count = conn.execute(self._sql.count_due, (now, max_queue_depth)).fetchone()[0]
+            if count >= max_queue_depth:
+                raise QueueFull(messages.queue_full(max_queue_depth))
+        if user and max_per_user > 0:
+            count = conn.execute(self._sql.count_user_queued, (user, max_per_user)).fetchone()[0]
+            if count >= max_per_user:
+                raise QueueFull(messages.user_queue_full(max_per_user))
 
     async def submit_many(self, news: Sequence[NewRun]) -> list[str]:
         ids = [new.id or new_run_id() for new in news]
