@@ -24,11 +24,13 @@ from runq.model import (
     FenceResult,
     HeartbeatResult,
     Lease,
+    NewEvent,
     NewRun,
     Page,
     QueueHealth,
     ReapReport,
     Run,
+    RunEvent,
     Stats,
     Status,
     SubmitResult,
@@ -240,3 +242,18 @@ class Store(Protocol):
         under the sealing key. Returns (last id seen or None when done, values re-sealed)."""
 
     async def count_runs(self) -> int: ...
+
+    # -- the event log -----------------------------------------------------------------
+
+    async def append_events(self, worker_id: str, lease: Lease, events: Sequence[NewEvent]) -> bool:
+        """Fenced: append ``events`` to the run's log in one transaction, numbered after the
+        last event, stamped with the database clock and the lease's attempt, data sealed per
+        (run, seq). False (nothing written) when the lease no longer holds."""
+
+    async def list_events(self, run_id: str, *, after: int, limit: int) -> list[RunEvent]:
+        """Up to ``limit`` events of the run with ``seq > after``, in order, data opened."""
+
+    async def trim_events(self, run_id: str, level: str, redacted_max_chars: int) -> None:
+        """Cut a settled run's stored events down to ``[privacy] level``: ``full`` keeps them,
+        ``redacted`` keeps redacted data, ``metadata`` drops handler data, ``none`` drops
+        every detail (kind, seq and time stay)."""

@@ -61,6 +61,7 @@ from runq.model import Completion, FailOutcome, Lease, Run, TerminationReason, r
 from runq.privacy import keep_answer_async
 from runq.store.base import Store
 from runq.worker.completer import Completer
+from runq.worker.events import EventWriter
 from runq.worker.inflight import InFlight, Interrupt
 
 if TYPE_CHECKING:
@@ -76,6 +77,8 @@ CHECKPOINT_RENEW_SECONDS = 1.0
 MAX_ERROR_CHARS = 2000
 #: How often a cancelled or timed-out execution looks whether its handler thread returned.
 THREAD_POLL_SECONDS = 0.05
+#: Outcomes after which a run's events are trimmed to the privacy level.
+_SETTLED = frozenset({"completed", "failed", "cancelled"})
 #: Errors worth retrying a settle write for: the database is away, not the write wrong.
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (StoreUnavailable, OSError, TimeoutError)
 
@@ -137,10 +140,20 @@ class Execution:
     #: The handler is done and its completion handed to the completer: the run no longer
     #: takes an execution slot, though its lease is held (and renewed) until it is written.
     handed_in: bool = False
+    #: The batching writer of ``ctx.emit``, made at the first event.
+    events: EventWriter | None = None
 
     @property
     def lease(self) -> Lease:
         return self.run.lease
+
+    async def emit(self, kind: str, data: Any) -> None:
+        if self.events is None:
+            ex = self.executor
+            self.events = EventWriter(
+                ex.store, ex.worker_id, self.lease, lambda: self.interrupt(Interrupt.LEASE_LOST)
+            )
+        await self.events.emit(kind, data)
 
     def interrupt(self, reason: Interrupt) -> None:
         """Stop the handler; the first reason decides the outcome."""
@@ -339,6 +352,8 @@ class Executor:
             log.error("run.executor_error", exc=_format_exception(e), **self._fields(run))
             outcome = Outcome("unsettled", applied=False, error=error_text(e))
         finally:
+            if execution.events is not None:
+                execution.events.abandon()
             self.inflight.remove(execution)
             IN_FLIGHT.dec()
             if self.on_finished is not None:
@@ -370,7 +385,26 @@ class Executor:
             # any work, as at a first checkpoint.
             return await self._settle_cancelled(ex)
         result = await self._invoke(ex, handler)
-        return await self._settle(ex, result)
+        if ex.events is not None:
+            await ex.events.close()  # every event before the outcome: the final one is last
+        outcome = await self._settle(ex, result)
+        await self._trim_events(ex, outcome)
+        return outcome
+
+    async def _trim_events(self, ex: Execution, outcome: Outcome) -> None:
+        """Cut a settled run's events to ``[privacy] level``. Skipped when there is nothing
+        to cut: no handler data in this attempt or an earlier one, and lifecycle details
+        kept (every level but ``none`` keeps them)."""
+        level = self.config.privacy_level
+        if outcome.kind not in _SETTLED or not outcome.applied or level == "full":
+            return
+        emitted = ex.events is not None and ex.events.wrote_data
+        if not emitted and ex.run.attempt <= 1 and level != "none":
+            return
+        try:
+            await self.store.trim_events(ex.run.id, level, self.config.redacted_max_chars)
+        except Exception as e:  # the run is settled; its events wait for the next settle
+            log.warning("run.trim_events_failed", error=error_text(e), **self._fields(ex.run))
 
     async def count_first_claim(self, run: Run) -> None:
         """Add a run's first claim to the budget's run counters (max_runs caps)."""

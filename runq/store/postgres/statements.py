@@ -90,6 +90,13 @@ class Statements:
     reseal_select_template: str
     reseal_update: str
     notify: str
+    # -- the event log (kept together at the end) --
+    events_reserve: str
+    events_insert: str
+    events_list: str
+    events_trim: str
+    events_sealed: str
+    events_reseal: str
 
 
 def _claim_filters(s: str, now: str, first: int) -> str:
@@ -537,6 +544,42 @@ def _release_sql(s: str, now: str) -> str:
           AND {_still_running("r")}"""
 
 
+def _events_sql(s: str, now: str) -> dict[str, str]:
+    """The event log. Lifecycle events are written by the triggers of migration 0004; a
+    handler's batch reserves its numbers by moving ``runs.event_seq`` under the fence (the
+    row lock orders it with every other writer of the run), then inserts the sealed rows."""
+    return {
+        # $1 id, $2 attempt, $3 worker, $4 how many. Returns the last number reserved.
+        "events_reserve": f"""
+            UPDATE {s}.runs SET event_seq = event_seq + $4::bigint
+            WHERE {_fenced("append_events")}
+            RETURNING event_seq""",
+        # $1 run, $2 attempt, then seq, kind, sealed data arrays; $6 the NOTIFY channel.
+        "events_insert": f"""
+            WITH ins AS (
+                INSERT INTO {s}.run_events (run_id, seq, attempt, at, kind, data)
+                SELECT $1, v.seq, $2, {now}, v.kind, v.data
+                FROM unnest($3::bigint[], $4::text[], $5::bytea[]) AS v(seq, kind, data)
+            )
+            SELECT pg_notify($6::text, 'event:' || $1 || ':' || max(v))
+            FROM unnest($3::bigint[]) AS v""",
+        "events_list": f"""
+            SELECT seq, attempt, at, kind, info::text AS info, data FROM {s}.run_events
+            WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3""",
+        # $2: drop lifecycle details too (level none).
+        "events_trim": f"""
+            UPDATE {s}.run_events SET data = NULL, info = CASE WHEN $2::bool THEN NULL ELSE info END
+            WHERE run_id = $1 AND (data IS NOT NULL OR ($2::bool AND info IS NOT NULL))""",
+        "events_sealed": f"""
+            SELECT seq, data FROM {s}.run_events WHERE run_id = $1 AND data IS NOT NULL
+            ORDER BY seq""",
+        "events_reseal": f"""
+            UPDATE {s}.run_events AS e SET data = v.data
+            FROM unnest($2::bigint[], $3::bytea[]) AS v(seq, data)
+            WHERE e.run_id = $1 AND e.seq = v.seq""",
+    }
+
+
 def build(schema: str, offset: float) -> Statements:
     """Every statement of one schema at one clock offset."""
     s, now = schema, _clock(offset)
@@ -559,6 +602,7 @@ def build(schema: str, offset: float) -> Statements:
         **_usage_sql(s),
         **_maintenance_sql(s, now),
         **_migration_sql(s, now),
+        **_events_sql(s, now),
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
 import asyncpg
 
 from runq.errors import (
@@ -29,11 +30,13 @@ from runq.model import (
     FenceResult,
     HeartbeatResult,
     Lease,
+    NewEvent,
     NewRun,
     Page,
     QueueHealth,
     ReapReport,
     Run,
+    RunEvent,
     Stats,
     Status,
     SubmitResult,
@@ -43,6 +46,7 @@ from runq.model import (
     new_run_id,
 )
 from runq.seal import SEALED_COLUMNS, Sealer
+from runq.store import events as event_rows
 from runq.store import messages, rows
 from runq.store.migration_files import load_migrations
 from runq.store.postgres import statements as pg_sql
@@ -570,3 +574,51 @@ class PostgresStore:
     async def count_runs(self) -> int:
         total: int = await self._db.fetchval(self._sql.count_runs, retry=True)
         return total
+
+    # -- the event log ------------------------------------------------------------------
+
+    async def append_events(self, worker_id: str, lease: Lease, events: Sequence[NewEvent]) -> bool:
+        if not events:
+            return True
+        sql = self._sql
+        async with self._db.transaction() as con:
+            last = await con.fetchval(
+                sql.events_reserve, lease.run_id, lease.attempt, worker_id, len(events)
+            )
+            if last is None:
+                return False
+            batch = event_rows.sealed_batch(
+                self._sealer, lease.run_id, last - len(events) + 1, events
+            )
+            await con.fetchval(
+                sql.events_insert,
+                lease.run_id,
+                lease.attempt,
+                [seq for seq, _, _ in batch],
+                [kind for _, kind, _ in batch],
+                [data for _, _, data in batch],
+                self.channel,
+            )
+            return True
+
+    async def list_events(self, run_id: str, *, after: int, limit: int) -> list[RunEvent]:
+        found = await self._db.fetch(self._sql.events_list, run_id, after, limit, retry=True)
+        return [event_rows.to_event(self._sealer, run_id, *row) for row in found]
+
+    async def trim_events(self, run_id: str, level: str, redacted_max_chars: int) -> None:
+        if level == "full":
+            return
+        if level == "redacted":
+            stored = [tuple(r) for r in await self._db.fetch(self._sql.events_sealed, run_id)]
+            resealed = await anyio.to_thread.run_sync(
+                event_rows.redacted, self._sealer, run_id, stored, redacted_max_chars
+            )
+            if resealed:
+                await self._db.fetch(
+                    self._sql.events_reseal,
+                    run_id,
+                    [seq for seq, _ in resealed],
+                    [data for _, data in resealed],
+                )
+            return
+        await self._db.fetch(self._sql.events_trim, run_id, level == "none")
