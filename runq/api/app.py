@@ -23,6 +23,7 @@ from runq.api.guards import provide_identity, provide_services
 from runq.api.json_body import JsonRequest
 from runq.api.problems import handle_exception
 from runq.api.routes_bulk import bulk_router
+from runq.api.routes_events import events_router
 from runq.api.routes_health import health_handlers
 from runq.api.routes_queue import queue_router
 from runq.api.routes_runs import runs_router
@@ -48,6 +49,7 @@ def create_app(
             runs_router(secured=secured),
             queue_router(secured=secured),
             bulk_router(secured=secured),
+            events_router(secured=secured),
             *health_handlers,
             *extra_routes,
         ],

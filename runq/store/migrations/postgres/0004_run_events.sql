@@ -65,6 +65,11 @@ BEGIN
     NEW.event_seq := OLD.event_seq + 1;
     INSERT INTO {schema}.run_events (run_id, seq, attempt, at, kind, info)
     VALUES (NEW.id, NEW.event_seq, NEW.attempt, NEW.updated_at, k, i);
+    IF NEW.status IN ('completed', 'failed', 'cancelled', 'paused') THEN
+        -- Followers and waiters on any replica hear this at commit (the listener's
+        -- channel); the other lifecycle events reach them by their slow poll.
+        PERFORM pg_notify('runq_{schema}', 'event:' || NEW.id || ':' || NEW.event_seq);
+    END IF;
     RETURN NEW;
 END
 $body$;
