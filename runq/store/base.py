@@ -250,6 +250,12 @@ class Store(Protocol):
         last event, stamped with the database clock and the lease's attempt, data sealed per
         (run, seq). False (nothing written) when the lease no longer holds."""
 
+    async def append_events_many(
+        self, worker_id: str, batches: Sequence[tuple[Lease, Sequence[NewEvent]]]
+    ) -> set[str]:
+        """``append_events`` for several executions of one worker in one transaction; returns
+        the ids of the runs whose fence held (the others got nothing written)."""
+
     async def list_events(self, run_id: str, *, after: int, limit: int) -> list[RunEvent]:
         """Up to ``limit`` events of the run with ``seq > after``, in order, data opened."""
 

@@ -1,13 +1,15 @@
-"""The batching writer of one execution's events (``ctx.emit``).
+"""The batching writer of ``ctx.emit``, shared by every execution of a worker.
 
-``emit`` validates and encodes the event, appends it to a buffer and returns: the handler
-never waits for the database. One flusher task per execution gathers what arrives within
-``FLUSH_DELAY_SECONDS`` and writes it with one fenced ``append_events`` (up to
-``MAX_BATCH`` events a statement), so a handler streaming thousands of deltas costs a few
-statements a second. ``close`` flushes everything before the run's outcome is written, so
-the final lifecycle event is always the last of the log. A write the fence refuses means
-this worker lost the lease: the buffer is dropped, nothing more is written, and the
-execution is told (``on_lost``). ``MAX_PENDING`` bounds the buffer: past it ``emit`` waits
+``emit`` validates and encodes the event, appends it to its execution's buffer and
+returns: the handler never waits for the database. One flusher task per worker gathers
+what every execution emitted within ``FLUSH_DELAY_SECONDS`` and writes it with one
+``append_events_many`` (one transaction for all the runs in the batch, fenced per run), so
+many short runs that emit a few events each share statements, and a handler streaming
+thousands of deltas costs a few statements a second. ``EventWriter.close`` flushes its
+execution's events before the run's outcome is written, so the final lifecycle event is
+always the last of the log. A run whose fence refuses the write belongs to a worker that
+lost its lease: its buffer is dropped, nothing more of it is written, and the execution is
+told (``on_lost``). ``MAX_PENDING`` bounds one execution's buffer: past it ``emit`` waits
 for the flusher, which keeps a runaway handler from filling memory.
 """
 
@@ -29,28 +31,26 @@ from runq.store.events import new_event
 log = get_logger("runq.worker.events")
 
 FLUSH_DELAY_SECONDS = 0.002
-MAX_BATCH = 500
+#: Events in one write, across runs.
+MAX_BATCH = 1000
 MAX_PENDING = 5000
 #: A write failing for a database outage is retried this often before its events are
-#: given up (logged); the run itself goes on.
+#: given up (logged); the runs themselves go on.
 WRITE_ATTEMPTS = 5
 
 
 class EventWriter:
-    """The events of one execution (one lease), written in batches behind the handler."""
+    """The events of one execution (one lease); written by the worker's ``EventBatcher``."""
 
-    def __init__(
-        self, store: Store, worker_id: str, lease: Lease, on_lost: Callable[[], None]
-    ) -> None:
-        self._store = store
-        self._worker_id = worker_id
-        self._lease = lease
+    def __init__(self, batcher: EventBatcher, lease: Lease, on_lost: Callable[[], None]) -> None:
+        self.lease = lease
+        self._batcher = batcher
         self._on_lost = on_lost
-        self._pending: list[NewEvent] = []
-        self._wakeup = asyncio.Event()
-        self._drained = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._closing = False
+        self.pending: list[NewEvent] = []
+        #: Set whenever nothing of this execution is buffered or being written.
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.closing = False
         self.lost = False
         #: Whether any event carried data (a settled run then has something to trim).
         self.wrote_data = False
@@ -58,71 +58,101 @@ class EventWriter:
     async def emit(self, kind: str, data: Any = None) -> None:
         """Queue one event; raises ``InvalidPayload`` for a bad kind or data at once."""
         event = new_event(kind, data)
-        if self.lost or self._closing:
+        if self.lost or self.closing:
             return
         self.wrote_data = self.wrote_data or event.data is not None
-        self._pending.append(event)
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._flush_loop())
-        self._wakeup.set()
-        while len(self._pending) > MAX_PENDING and not self.lost:
-            self._drained.clear()
-            await self._drained.wait()
+        self.pending.append(event)
+        self.idle.clear()
+        self._batcher.wake(self)
+        while len(self.pending) > MAX_PENDING and not self.lost:
+            await self._batcher.written.wait()
 
     async def close(self) -> None:
-        """Write everything emitted so far and stop (before the outcome is written)."""
-        self._closing = True
-        task, self._task = self._task, None
-        if task is None:
-            return
-        self._wakeup.set()
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            task.cancel()
-            raise
+        """Write everything emitted so far (before the outcome is written)."""
+        self.closing = True
+        if not self.idle.is_set():
+            # The executions finishing within the same few milliseconds share the write
+            # (the outcome waits at most about FLUSH_DELAY_SECONDS for it).
+            self._batcher.wake(self)
+            await self.idle.wait()
 
     def abandon(self) -> None:
         """Drop what is buffered (the execution ends without settling)."""
-        self._pending.clear()
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
+        self.closing = True
+        self.pending.clear()
+        self._batcher.forget(self)
+
+    def fenced_off(self) -> None:
+        self.lost = True
+        self.pending.clear()
+        with contextlib.suppress(Exception):
+            self._on_lost()
+
+
+class EventBatcher:
+    """One per worker: writes the buffered events of all its executions together."""
+
+    def __init__(self, store: Store, worker_id: str) -> None:
+        self._store = store
+        self._worker_id = worker_id
+        self._waiting: dict[Lease, EventWriter] = {}
+        self._task: asyncio.Task[None] | None = None
+        #: Pulsed after every write (``emit`` waits on it when a buffer is full).
+        self.written = asyncio.Event()
+
+    def writer(self, lease: Lease, on_lost: Callable[[], None]) -> EventWriter:
+        return EventWriter(self, lease, on_lost)
+
+    def wake(self, writer: EventWriter) -> None:
+        self._waiting[writer.lease] = writer
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._flush_loop())
+
+    def forget(self, writer: EventWriter) -> None:
+        if self._waiting.get(writer.lease) is writer:
+            del self._waiting[writer.lease]
+        writer.idle.set()
 
     async def _flush_loop(self) -> None:
-        while True:
-            if not self._pending:
-                if self._closing:
-                    return
-                self._wakeup.clear()
-                await self._wakeup.wait()
-                continue
-            if not self._closing:
-                await asyncio.sleep(FLUSH_DELAY_SECONDS)
-            batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
-            written = await self._write(batch)
-            self._drained.set()
-            if not written:
-                self._pending.clear()
-                if self.lost:
-                    return
+        while self._waiting:
+            # Gather what the other executions emit meanwhile (a few ms at most).
+            await anyio.sleep(FLUSH_DELAY_SECONDS)
+            batch = self._take_batch()
+            if batch:
+                await self._write(batch)
+            self.written.set()
+            self.written = asyncio.Event()
 
-    async def _write(self, batch: list[NewEvent]) -> bool:
+    def _take_batch(self) -> list[tuple[EventWriter, list[NewEvent]]]:
+        """Up to ``MAX_BATCH`` events, whole buffers first; writers left empty go idle
+        once their events are written."""
+        batch: list[tuple[EventWriter, list[NewEvent]]] = []
+        room = MAX_BATCH
+        for lease, writer in list(self._waiting.items()):
+            if room <= 0:
+                break
+            taken, writer.pending = writer.pending[:room], writer.pending[room:]
+            room -= len(taken)
+            if not writer.pending:
+                del self._waiting[lease]
+            if taken:
+                batch.append((writer, taken))
+            elif not writer.pending:
+                writer.idle.set()
+        return batch
+
+    async def _write(self, batch: list[tuple[EventWriter, list[NewEvent]]]) -> None:
+        entries = [(writer.lease, events) for writer, events in batch]
+        applied: set[str] | None = None
         for failures in range(1, WRITE_ATTEMPTS + 1):
             try:
-                applied = await self._store.append_events(self._worker_id, self._lease, batch)
+                applied = await self._store.append_events_many(self._worker_id, entries)
+                break
             except Exception as e:  # the database is away: retry, then give these up
-                log.warning(
-                    "events.write_failed",
-                    run_id=self._lease.run_id,
-                    events=len(batch),
-                    error=str(e),
-                )
+                log.warning("events.write_failed", events=len(entries), error=str(e))
                 await anyio.sleep(backoff_delay(failures, cap=2.0, base=0.05))
-                continue
-            if not applied:
-                self.lost = True
-                with contextlib.suppress(Exception):
-                    self._on_lost()
-            return applied
-        return False
+        for writer, _ in batch:
+            if applied is not None and writer.lease.run_id not in applied:
+                writer.fenced_off()
+            if not writer.pending:
+                writer.idle.set()

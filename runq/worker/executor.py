@@ -61,7 +61,7 @@ from runq.model import Completion, FailOutcome, Lease, Run, TerminationReason, r
 from runq.privacy import keep_answer_async
 from runq.store.base import Store
 from runq.worker.completer import Completer
-from runq.worker.events import EventWriter
+from runq.worker.events import EventBatcher, EventWriter
 from runq.worker.inflight import InFlight, Interrupt
 
 if TYPE_CHECKING:
@@ -149,9 +149,8 @@ class Execution:
 
     async def emit(self, kind: str, data: Any) -> None:
         if self.events is None:
-            ex = self.executor
-            self.events = EventWriter(
-                ex.store, ex.worker_id, self.lease, lambda: self.interrupt(Interrupt.LEASE_LOST)
+            self.events = self.executor.event_batcher().writer(
+                self.lease, lambda: self.interrupt(Interrupt.LEASE_LOST)
             )
         await self.events.emit(kind, data)
 
@@ -319,6 +318,13 @@ class Executor:
         self.on_finished = on_finished
         self.renew_soon = renew_soon
         self._limiter = anyio.CapacityLimiter(config.max_threads)
+        self._event_batcher: EventBatcher | None = None
+
+    def event_batcher(self) -> EventBatcher:
+        """The one writer of every execution's ``ctx.emit`` events (made at first use)."""
+        if self._event_batcher is None:
+            self._event_batcher = EventBatcher(self.store, self.worker_id)
+        return self._event_batcher
 
     def _fields(self, run: Run) -> dict[str, Any]:
         return {"run_id": run.id, "attempt": run.attempt, "worker_id": self.worker_id}

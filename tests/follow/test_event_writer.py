@@ -8,7 +8,7 @@ import pytest
 from runq.errors import InvalidPayload
 from runq.model import Actor, Lease, NewRun, Run
 from runq.store.base import Store
-from runq.worker.events import MAX_BATCH, EventWriter
+from runq.worker.events import MAX_BATCH, EventBatcher
 
 
 async def _claimed(store: Store, worker: str) -> Run:
@@ -23,7 +23,7 @@ async def _claimed(store: Store, worker: str) -> Run:
 async def test_emitted_events_are_written_in_order_by_close(store: Store) -> None:
     run = await _claimed(store, "w1")
     lost: list[bool] = []
-    writer = EventWriter(store, "w1", Lease(run.id, run.attempt), lambda: lost.append(True))
+    writer = EventBatcher(store, "w1").writer(Lease(run.id, run.attempt), lambda: lost.append(True))
     count = MAX_BATCH * 2 + 7
     for i in range(count):
         await writer.emit("delta", i)
@@ -38,7 +38,7 @@ async def test_emitted_events_are_written_in_order_by_close(store: Store) -> Non
 async def test_a_fenced_off_writer_writes_nothing_and_reports_the_lost_lease(store: Store) -> None:
     run = await _claimed(store, "w1")
     lost: list[bool] = []
-    late = EventWriter(store, "w1", Lease(run.id, run.attempt), lambda: lost.append(True))
+    late = EventBatcher(store, "w1").writer(Lease(run.id, run.attempt), lambda: lost.append(True))
     # The lease moves on: the run is given back and claimed by another worker.
     await store.fail("w1", Lease(run.id, 1), error="x", retryable=True, retry_in_seconds=0)
     (again,) = await store.claim("w2", 1, deployment_id=None, run_id=run.id)
@@ -56,9 +56,30 @@ async def test_a_fenced_off_writer_writes_nothing_and_reports_the_lost_lease(sto
     assert again.attempt == 2
 
 
+async def test_one_write_serves_several_executions_and_fences_each(store: Store) -> None:
+    batcher = EventBatcher(store, "w1")
+    kept, other = await _claimed(store, "w1"), await _claimed(store, "w1")
+    lost: list[str] = []
+    writers = [
+        batcher.writer(Lease(run.id, run.attempt), lambda run=run: lost.append(run.id))
+        for run in (kept, other)
+    ]
+    await store.cancel(other.id)  # running: the cancel is only recorded
+    assert await store.settle_cancelled("w1", Lease(other.id, other.attempt))  # lease gone
+    for writer in writers:
+        await writer.emit("step", {"run": writer.lease.run_id})
+    for writer in writers:
+        await writer.close()
+    assert lost == [other.id]
+    kept_events = await store.list_events(kept.id, after=0, limit=10)
+    assert [e.kind for e in kept_events] == ["submitted", "claimed", "step"]
+    other_kinds = [e.kind for e in await store.list_events(other.id, after=0, limit=10)]
+    assert "step" not in other_kinds
+
+
 async def test_a_bad_event_raises_at_emit(store: Store) -> None:
     run = await _claimed(store, "w1")
-    writer = EventWriter(store, "w1", Lease(run.id, run.attempt), lambda: None)
+    writer = EventBatcher(store, "w1").writer(Lease(run.id, run.attempt), lambda: None)
     with pytest.raises(InvalidPayload):
         await writer.emit("claimed", None)
     with pytest.raises(InvalidPayload):

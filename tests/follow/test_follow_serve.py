@@ -143,8 +143,9 @@ async def test_json_page_and_after(runq_setup: RunqSetup, serve_factory: ServeFa
         assert [e["seq"] for e in body["events"]] == [3, 4, 5, 6, 7, 8]
         assert body["final"] is True
         assert body["next_after"] == 8
-        # Settled at the default privacy level (metadata): handler data is trimmed away.
-        assert all(e["data"] is None for e in body["events"] if e["kind"] == "delta")
+        # Settled at the default privacy level (metadata): handler data is trimmed away
+        # (right after the outcome is written).
+        await _trimmed(client, server.url, run_id)
         again = await client.get(
             f"{server.url}/runs/{run_id}/events", params={"stream": "false", "after": 8}
         )
@@ -170,6 +171,14 @@ async def test_events_are_trimmed_at_settle_to_the_privacy_level(
     async with httpx.AsyncClient(timeout=SETTLE) as client:
         run_id = await _submit(client, server.url, {"count": 2, "text": text})
         await client.get(f"{server.url}/runs/{run_id}", params={"wait": 20})
+        if level in ("metadata", "none"):
+            await _trimmed(client, server.url, run_id)
+        if level == "redacted":
+            await wait_for(
+                lambda: _first_delta_text(client, server.url, run_id),
+                timeout=SETTLE,
+                message="the events were never redacted",
+            )
         page = (await client.get(f"{server.url}/runs/{run_id}/events?stream=false")).json()
     delta = next(e for e in page["events"] if e["kind"] == "delta")
     claimed = next(e for e in page["events"] if e["kind"] == "claimed")
@@ -200,10 +209,10 @@ async def test_a_paused_runs_events_survive_a_restart(
         await client.post(f"{server.url}/runs/{run_id}/continue", json={"decision": "ok"})
         final = await client.get(f"{server.url}/runs/{run_id}", params={"wait": 20})
         assert final.json()["status"] == "completed"
+        await _trimmed(client, server.url, run_id)
         page = (await client.get(f"{server.url}/runs/{run_id}/events?stream=false")).json()
     kinds = [e["kind"] for e in page["events"]]
     assert kinds[6:] == ["continued", "claimed", "delta", "delta", "delta", "completed"]
-    assert all(e["data"] is None for e in page["events"] if e["kind"] == "delta")
 
 
 async def test_wait_answers_promptly_after_the_outcome(
@@ -267,3 +276,19 @@ async def test_runq_jobs_wait_exit_codes_and_events(
 
 async def _status(client: httpx.AsyncClient, base: str, run_id: str) -> bool:
     return bool((await client.get(f"{base}/runs/{run_id}")).json()["status"] == "running")
+
+
+async def _trimmed(client: httpx.AsyncClient, base: str, run_id: str) -> None:
+    """Wait until no handler event of the run keeps data (trimmed after its outcome)."""
+
+    async def no_data() -> bool:
+        page = (await client.get(f"{base}/runs/{run_id}/events?stream=false")).json()
+        return all(e["data"] is None for e in page["events"] if e["kind"] == "delta")
+
+    await wait_for(no_data, timeout=SETTLE, message="the events were never trimmed")
+
+
+async def _first_delta_text(client: httpx.AsyncClient, base: str, run_id: str) -> bool:
+    page = (await client.get(f"{base}/runs/{run_id}/events?stream=false")).json()
+    delta = next(e for e in page["events"] if e["kind"] == "delta")
+    return "[redacted]" in str(delta["data"])

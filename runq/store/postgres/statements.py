@@ -91,8 +91,8 @@ class Statements:
     reseal_update: str
     notify: str
     # -- the event log (kept together at the end) --
-    events_reserve: str
-    events_insert: str
+    events_reserve_many: str
+    events_insert_many: str
     events_list: str
     events_trim: str
     events_sealed: str
@@ -547,22 +547,37 @@ def _release_sql(s: str, now: str) -> str:
 def _events_sql(s: str, now: str) -> dict[str, str]:
     """The event log. Lifecycle events are written by the triggers of migration 0004; a
     handler's batch reserves its numbers by moving ``runs.event_seq`` under the fence (the
-    row lock orders it with every other writer of the run), then inserts the sealed rows."""
+    row lock orders it with every other writer of the run), then inserts the sealed rows in
+    the same transaction."""
+    fenced("append_events")
     return {
-        # $1 id, $2 attempt, $3 worker, $4 how many. Returns the last number reserved.
-        "events_reserve": f"""
-            UPDATE {s}.runs SET event_seq = event_seq + $4::bigint
-            WHERE {_fenced("append_events")}
-            RETURNING event_seq""",
-        # $1 run, $2 attempt, then seq, kind, sealed data arrays; $6 the NOTIFY channel.
-        "events_insert": f"""
-            WITH ins AS (
-                INSERT INTO {s}.run_events (run_id, seq, attempt, at, kind, data)
-                SELECT $1, v.seq, $2, {now}, v.kind, v.data
-                FROM unnest($3::bigint[], $4::text[], $5::bytea[]) AS v(seq, kind, data)
+        # $1 worker, then ids, attempts, counts. Rows are locked in id order, so two batches
+        # never wait on each other crosswise. Returns each run's last number reserved.
+        "events_reserve_many": f"""
+            WITH v AS (
+                SELECT * FROM unnest($2::text[], $3::int[], $4::bigint[]) AS v(id, attempt, n)
+            ),
+            locked AS MATERIALIZED (
+                SELECT r.id FROM {s}.runs r JOIN v ON r.id = v.id AND r.attempt = v.attempt
+                WHERE r.locked_by = $1 AND {_still_running("r")}
+                ORDER BY r.id FOR NO KEY UPDATE OF r
             )
-            SELECT pg_notify($6::text, 'event:' || $1 || ':' || max(v))
-            FROM unnest($3::bigint[]) AS v""",
+            UPDATE {s}.runs AS r SET event_seq = r.event_seq + v.n
+            FROM v WHERE r.id = v.id AND r.id = ANY(ARRAY(SELECT id FROM locked))
+            RETURNING r.id, r.event_seq""",
+        # run ids, attempts, seqs, kinds, sealed data; $6 the NOTIFY channel: one
+        # notification per run, naming its last seq.
+        "events_insert_many": f"""
+            WITH v AS (
+                SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[], $4::text[], $5::bytea[])
+                    AS v(run_id, attempt, seq, kind, data)
+            ),
+            ins AS (
+                INSERT INTO {s}.run_events (run_id, seq, attempt, at, kind, data)
+                SELECT run_id, seq, attempt, {now}, kind, data FROM v
+            )
+            SELECT count(pg_notify($6::text, 'event:' || run_id || ':' || last))
+            FROM (SELECT run_id, max(seq) AS last FROM v GROUP BY run_id) AS l""",
         "events_list": f"""
             SELECT seq, attempt, at, kind, info::text AS info, data FROM {s}.run_events
             WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3""",

@@ -578,28 +578,46 @@ class PostgresStore:
     # -- the event log ------------------------------------------------------------------
 
     async def append_events(self, worker_id: str, lease: Lease, events: Sequence[NewEvent]) -> bool:
-        if not events:
-            return True
+        return lease.run_id in await self.append_events_many(worker_id, [(lease, events)])
+
+    async def append_events_many(
+        self, worker_id: str, batches: Sequence[tuple[Lease, Sequence[NewEvent]]]
+    ) -> set[str]:
+        batches = [(lease, events) for lease, events in batches if events]
+        if not batches:
+            return set()
         sql = self._sql
         async with self._db.transaction() as con:
-            last = await con.fetchval(
-                sql.events_reserve, lease.run_id, lease.attempt, worker_id, len(events)
+            reserved = await con.fetch(
+                sql.events_reserve_many,
+                worker_id,
+                [lease.run_id for lease, _ in batches],
+                [lease.attempt for lease, _ in batches],
+                [len(events) for _, events in batches],
             )
-            if last is None:
-                return False
-            batch = event_rows.sealed_batch(
-                self._sealer, lease.run_id, last - len(events) + 1, events
-            )
-            await con.fetchval(
-                sql.events_insert,
-                lease.run_id,
-                lease.attempt,
-                [seq for seq, _, _ in batch],
-                [kind for _, kind, _ in batch],
-                [data for _, _, data in batch],
-                self.channel,
-            )
-            return True
+            last = {row["id"]: row["event_seq"] for row in reserved}
+            ids: list[str] = []
+            attempts: list[int] = []
+            seqs: list[int] = []
+            kinds: list[str] = []
+            data: list[bytes | None] = []
+            for lease, events in batches:
+                if lease.run_id not in last:
+                    continue
+                first = last[lease.run_id] - len(events) + 1
+                for seq, kind, sealed in event_rows.sealed_batch(
+                    self._sealer, lease.run_id, first, events
+                ):
+                    ids.append(lease.run_id)
+                    attempts.append(lease.attempt)
+                    seqs.append(seq)
+                    kinds.append(kind)
+                    data.append(sealed)
+            if ids:
+                await con.fetchval(
+                    sql.events_insert_many, ids, attempts, seqs, kinds, data, self.channel
+                )
+            return set(last)
 
     async def list_events(self, run_id: str, *, after: int, limit: int) -> list[RunEvent]:
         found = await self._db.fetch(self._sql.events_list, run_id, after, limit, retry=True)

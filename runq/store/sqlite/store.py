@@ -631,6 +631,29 @@ class SqliteStore:
 
         return await self._write(body) if events else True
 
+    async def append_events_many(
+        self, worker_id: str, batches: Sequence[tuple[Lease, Sequence[NewEvent]]]
+    ) -> set[str]:
+        def body(conn: sqlite3.Connection, now: float) -> set[str]:
+            applied: set[str] = set()
+            for lease, events in batches:
+                fence = {"id": lease.run_id, "attempt": lease.attempt, "worker": worker_id}
+                if not events or conn.execute(self._sql.events_fence, fence).fetchone() is None:
+                    continue
+                (last,) = conn.execute(self._sql.events_last_seq, (lease.run_id,)).fetchone()
+                batch = event_rows.sealed_batch(self._sealer, lease.run_id, last + 1, events)
+                conn.executemany(
+                    self._sql.events_insert,
+                    [
+                        (lease.run_id, seq, lease.attempt, now, kind, data)
+                        for seq, kind, data in batch
+                    ],
+                )
+                applied.add(lease.run_id)
+            return applied
+
+        return await self._write(body) if batches else set()
+
     async def list_events(self, run_id: str, *, after: int, limit: int) -> list[RunEvent]:
         sql = self._sql.events_list
         found = await self._read(
