@@ -352,6 +352,10 @@ class Queue:
                 except Exception as e:
                     # The executor's heartbeat will still see the recorded cancel.
                     log.warning("cancel.notify_failed", run_id=run_id, error=str(e))
+        elif run.status is Status.CANCELLED:
+            # Settled here, not by an executor: trim its events as the executor would.
+            privacy = self.config.privacy
+            await self.store.trim_events(run_id, privacy.level, privacy.redacted_max_chars)
         return run
 
     async def continue_(self, run_id: str, decision: Any) -> Run:
