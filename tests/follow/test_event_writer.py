@@ -8,6 +8,7 @@ import pytest
 from runq.errors import InvalidPayload
 from runq.model import Actor, Lease, NewRun, Run
 from runq.store.base import Store
+from runq.store.events import new_event
 from runq.worker.events import MAX_BATCH, EventBatcher
 
 
@@ -85,3 +86,23 @@ async def test_a_bad_event_raises_at_emit(store: Store) -> None:
     with pytest.raises(InvalidPayload):
         await writer.emit("log", object())
     await writer.close()
+
+
+async def test_the_reaper_trims_the_events_of_a_run_it_dead_letters(store: Store) -> None:
+    from runq.maintenance.reaper import Reaper, ReaperConfig
+
+    run = await _claimed(store, "w1")  # max_attempts 3, attempt 1
+    lease = Lease(run.id, run.attempt)
+    assert await store.set_non_idempotent("w1", lease, True)  # a lost lease here is final
+    assert await store.append_events("w1", lease, [new_event("log", "secret")])
+    store.clock_offset_seconds = -60.0
+    try:
+        await store.heartbeat_many("w1", [lease])  # the last heartbeat: a minute ago
+    finally:
+        store.clock_offset_seconds = 0.0
+    config = ReaperConfig(lock_grace_seconds=5, limit=10, interval=1, privacy_level="metadata")
+    report = await Reaper(store, config).run_once()
+    assert report.dead_lettered_ids == [run.id]
+    events = await store.list_events(run.id, after=0, limit=10)
+    assert [e.kind for e in events] == ["submitted", "claimed", "log", "failed"]
+    assert events[2].data is None
