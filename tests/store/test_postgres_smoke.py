@@ -115,7 +115,8 @@ async def test_migrate_is_idempotent_and_recorded(store: PostgresStore, schema: 
     assert await store.migrate() == 0
     assert await store.schema_is_current()
     rows = await raw(f"SELECT version, name, applied_at FROM {schema}.schema_migrations")
-    assert sorted((r["version"], r["name"]) for r in rows) == [(1, "runs"), (2, "leaner_indexes")]
+    shipped = [(m.version, m.name) for m in load_migrations("postgres")]
+    assert sorted((r["version"], r["name"]) for r in rows) == shipped
     assert abs(rows[0]["applied_at"] - time.time()) < 60
 
 
@@ -126,7 +127,8 @@ async def test_concurrent_migrate_on_a_fresh_schema(schema: str) -> None:
     try:
         assert not await stores[0].schema_is_current()
         applied = await asyncio.gather(*(s.migrate() for s in stores))
-        assert sum(applied) == 2  # each migration applied exactly once, by whichever won
+        # each migration applied exactly once, by whichever won
+        assert sum(applied) == len(load_migrations("postgres"))
         assert all([await s.schema_is_current() for s in stores])
     finally:
         for s in stores:
