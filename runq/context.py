@@ -42,6 +42,8 @@ class ExecutionHooks(Protocol):
 
     def renew_lease_soon(self) -> None: ...
 
+    async def emit(self, kind: str, data: Any) -> None: ...
+
 
 class RunContext:
     """One execution of one run, as its handler sees it."""
@@ -94,6 +96,17 @@ class RunContext:
         await self._hooks.set_non_idempotent(True)
         yield
         await self._hooks.set_non_idempotent(False)
+
+    async def emit(self, kind: str, data: Any = None) -> None:
+        """Append an event to the run's log (``progress``, ``step``, ``delta``, ``log`` or any
+        short lower-case name; the lifecycle names are runq's). Written in batches behind
+        the handler and fenced: after a lost lease nothing more is written. ``data`` must
+        encode as JSON (at most 64 KiB); a bad kind or data raises ``InvalidPayload``."""
+        await self._hooks.emit(kind, data)
+
+    def emit_sync(self, kind: str, data: Any = None) -> None:
+        """``emit()`` for a plain (threaded) handler."""
+        anyio.from_thread.run(self._hooks.emit, kind, data)
 
     async def pause(self, reason: str, state: Any = None) -> NoReturn:
         """End this execution; the run becomes ``paused`` with ``state`` sealed until an

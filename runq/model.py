@@ -74,6 +74,9 @@ TRANSITIONS: Mapping[str, Transition] = {
     "set_non_idempotent": Transition(
         frozenset({Status.RUNNING}), frozenset({Status.RUNNING}), fenced=True
     ),
+    "append_events": Transition(
+        frozenset({Status.RUNNING}), frozenset({Status.RUNNING}), fenced=True
+    ),
     "continue": Transition(frozenset({Status.PAUSED}), frozenset({Status.QUEUED})),
     "cancel": Transition(frozenset({Status.QUEUED, Status.PAUSED}), frozenset({Status.CANCELLED})),
     "request_cancel": Transition(frozenset({Status.RUNNING}), frozenset({Status.RUNNING})),
@@ -484,3 +487,28 @@ class SlotFire(msgspec.Struct, frozen=True, kw_only=True):
     recorded: bool
     #: The run made for the slot by this call (None when not recorded or skipped by overlap).
     run_id: str | None
+
+
+# -- the per-run event log ----------------------------------------------------------------
+
+#: The events that end a run's stream.
+FINAL_EVENT_KINDS = frozenset({"completed", "failed", "cancelled"})
+
+
+class RunEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """One entry of a run's event log: ``seq`` counts from 1 without gaps; ``at`` is the
+    database clock; ``data`` is what the handler emitted (or runq's own details of a
+    lifecycle event), ``None`` once trimmed."""
+
+    seq: int
+    attempt: int
+    at: float
+    kind: str
+    data: Any = None
+
+
+class NewEvent(msgspec.Struct, frozen=True, array_like=True):
+    """An event a handler emitted, not yet written: ``data`` is already JSON-encoded."""
+
+    kind: str
+    data: bytes | None

@@ -23,7 +23,7 @@ from anyio.abc import TaskGroup
 
 from runq.components import ComponentRegistry
 from runq.config import Config, load_config
-from runq.errors import BadRequest, StoreUnavailable, UnknownComponent
+from runq.errors import BadRequest, NotFound, StoreUnavailable, UnknownComponent
 from runq.flow.waits import WaitInputs, explain
 from runq.log import get_logger
 from runq.metrics import SUBMISSIONS
@@ -34,6 +34,7 @@ from runq.model import (
     NewRun,
     Page,
     Run,
+    RunEvent,
     Stats,
     Status,
     SubmitResult,
@@ -44,6 +45,7 @@ from runq.store import open_store
 from runq.store.base import Store
 from runq.taskgroups import sole_exception
 from runq.transports.base import Router
+from runq.transports.follow import run_events, wait_for_outcome
 from runq.transports.local import LocalHub, hub_for
 from runq.transports.postgres import Notifier, is_listenable
 from runq.worker.dispatch import dispatch_in_caller
@@ -373,6 +375,19 @@ class Queue:
     async def get(self, run_id: str) -> Run | None:
         return await self.store.get(run_id)
 
+    async def wait(self, run_id: str, timeout: float | None = None) -> Run:  # noqa: ASYNC109
+        """The run once it is final or paused, or as it is after ``timeout`` seconds.
+        Raises ``NotFound`` for an unknown run."""
+        run = await wait_for_outcome(self.store, run_id, timeout)
+        if run is None:
+            raise NotFound(f"no run {run_id}")
+        return run
+
+    def events(self, run_id: str, after: int = 0) -> AsyncIterator[RunEvent]:
+        """``async for event in queue.events(run_id)``: the stored events after ``after``,
+        then live ones from whichever process executes the run, ending after the final one."""
+        return run_events(self.store, run_id, after=after)
+
     async def cancel(self, run_id: str) -> Run:
         """Cancel a run. A running one stops at its next checkpoint or heartbeat, and at
         once where the cancel reaches its executor (this process, or any replica over the
@@ -386,6 +401,10 @@ class Queue:
                 except Exception as e:
                     # The executor's heartbeat will still see the recorded cancel.
                     log.warning("cancel.notify_failed", run_id=run_id, error=str(e))
+        elif run.status is Status.CANCELLED:
+            # Settled here, not by an executor: trim its events as the executor would.
+            privacy = self.config.privacy
+            await self.store.trim_events(run_id, privacy.level, privacy.redacted_max_chars)
         return run
 
     async def continue_(self, run_id: str, decision: Any) -> Run:

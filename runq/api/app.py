@@ -23,6 +23,7 @@ from runq.api.guards import provide_identity, provide_services
 from runq.api.json_body import JsonRequest
 from runq.api.problems import handle_exception
 from runq.api.routes_bulk import bulk_router
+from runq.api.routes_events import events_router
 from runq.api.routes_health import health_handlers
 from runq.api.routes_pauses import pauses_router
 from runq.api.routes_queue import queue_router
@@ -52,6 +53,7 @@ def create_app(
             bulk_router(secured=secured),
             schedules_router(secured=secured),
             pauses_router(secured=secured),
+            events_router(secured=secured),
             *health_handlers,
             *extra_routes,
         ],

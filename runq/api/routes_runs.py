@@ -28,6 +28,7 @@ from runq.api.schemas import (
 )
 from runq.errors import BadRequest, NotFound, UnknownComponent
 from runq.model import NewRun, Run, SubmitResult
+from runq.transports.follow import MAX_WAIT_SECONDS, wait_for_outcome
 
 RunId = Annotated[str, Parameter(description="The run id (equal to its job id).")]
 IdempotencyKey = Annotated[
@@ -190,11 +191,22 @@ def _out(identity: Identity, run: Run) -> RunOut:
 @get(
     "/{run_id:str}",
     summary="Read a run",
-    description="The job fields as the caller may see them, plus `answer` when kept.",
+    description=(
+        "The job fields as the caller may see them, plus `answer` when kept. With `wait=S` "
+        "(at most 60) the answer comes as soon as the run is final or paused, or after S "
+        "seconds with the run as it is then."
+    ),
     responses=error_responses(400, 401, 404, 503),
 )
-async def read_run(run_id: RunId, services: Services, identity: CurrentIdentity) -> RunOut:
+async def read_run(
+    run_id: RunId,
+    services: Services,
+    identity: CurrentIdentity,
+    wait: Annotated[float | None, Parameter(ge=0, le=MAX_WAIT_SECONDS, required=False)] = None,
+) -> RunOut:
     run = await _visible_run(services, identity, run_id)
+    if wait:
+        run = await wait_for_outcome(services.queue.store, run.id, wait) or run
     out = _out(identity, run)
     out.waiting = await services.queue.why_waiting(run)
     return out

@@ -153,3 +153,10 @@ def jobs_continue(cli_ctx: CliContext, run_id: str, decision: str, as_json: bool
     run = run_async(lambda: _one(cli_ctx, run_id, lambda q, full: q.continue_(full, value)))
     assert run is not None
     print_report(run, as_json)
+
+
+# Following a run lives in its own module; registered here so it reads `runq jobs ...`.
+from runq.cli.follow import jobs_events, jobs_wait  # noqa: E402
+
+jobs.add_command(jobs_events)
+jobs.add_command(jobs_wait)

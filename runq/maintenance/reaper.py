@@ -35,6 +35,9 @@ class ReaperConfig:
     limit: int
     #: Seconds between passes in the daemon (``[queue] poll_interval``).
     interval: float
+    #: What the events of a dead-lettered run keep (``[privacy] level``), as at any settle.
+    privacy_level: str = "full"
+    redacted_max_chars: int = 4000
 
     @classmethod
     def from_config(cls, config: Config, *, limit: int | None = None) -> ReaperConfig:
@@ -43,6 +46,8 @@ class ReaperConfig:
             lock_grace_seconds=config.queue.lock_grace_seconds,
             limit=config.reaper.limit if limit is None else limit,
             interval=config.queue.poll_interval,
+            privacy_level=config.privacy.level,
+            redacted_max_chars=config.privacy.redacted_max_chars,
         )
 
 
@@ -93,7 +98,18 @@ class Reaper:
             )
         if report.requeued and self.on_requeued is not None:
             self.on_requeued()
+        await self._trim_events(report.dead_lettered_ids)
         return report
+
+    async def _trim_events(self, run_ids: list[str]) -> None:
+        """Dead-lettered runs are settled: trim their events to the privacy level."""
+        for run_id in run_ids:
+            try:
+                await self.store.trim_events(
+                    run_id, self.config.privacy_level, self.config.redacted_max_chars
+                )
+            except Exception as e:  # the run stays settled; its events stay as they were
+                log.warning("reaper.trim_events_failed", run_id=run_id, error=str(e))
 
     async def run(self) -> None:
         await run_periodically("reaper", self.run_once, self.config.interval)

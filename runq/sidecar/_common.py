@@ -68,6 +68,8 @@ class SidecarContext(Protocol):
 
     async def record_usage(self, *, tokens: int = 0, cost: float = 0.0) -> None: ...
 
+    async def emit(self, kind: str, data: Any = None) -> None: ...
+
 
 Handler = Callable[[Any, Any], Awaitable[Any]]
 """``async (ctx, payload) -> answer``, what ``ComponentRegistry.get`` hands the executor."""

@@ -9,6 +9,8 @@ model = "gpt-4o-mini"
 api_key = "env:OPENAI_API_KEY"             # or "file:/run/secrets/openai"; "" = send none
 json_mode = false                          # true: response_format json_object, answer decoded
 max_tokens = 1024                          # per run unless the payload asks for fewer/more
+max_tokens_param = "max_tokens"            # or "max_completion_tokens" (models that want it)
+stream = false                             # true: stream; each delta becomes a `delta` event
 max_tokens_cap = 4096                      # the most a payload may ask for (default: max_tokens)
 timeout_seconds = 120
 temperature = 0.2                          # optional
@@ -18,6 +20,9 @@ prices = { prompt_per_1m = 0.15, completion_per_1m = 0.60 }   # or *_per_1k / *_
 
 The payload is ``{"messages": [...]}`` or ``{"prompt": "..."}`` (a bare string is a
 prompt), optionally with ``"max_tokens"``. The answer is the assistant message's content.
+With ``stream = true`` the completion is requested as a stream and every piece of text
+that arrives is emitted as a ``delta`` event (``{"text": "..."}``), so a client following
+the run sees the answer being written; the answer is the pieces joined.
 Usage (tokens, and a cost from ``prices``) is recorded as soon as the response is read, so
 the budget gate sees it before the next claim.
 
@@ -90,6 +95,15 @@ class ChatSettings:
     prices: Prices
     headers: Mapping[str, str]
     max_response_bytes: int
+    stream: bool = False
+    max_tokens_param: str = "max_tokens"
+
+
+#: How the token limit may be named in the request body.
+MAX_TOKENS_PARAMS = ("max_tokens", "max_completion_tokens")
+#: The prefix of a data line of a streamed completion, and its last line.
+_SSE_DATA = "data:"
+_SSE_DONE = "[DONE]"
 
 
 def read_settings(name: str, spec: Mapping[str, Any]) -> ChatSettings:
@@ -113,7 +127,15 @@ def read_settings(name: str, spec: Mapping[str, Any]) -> ChatSettings:
         prices=_read_prices(reader.table("prices")),
         headers=read_headers(reader, lambda lower: lower in _RESERVED_HEADERS),
         max_response_bytes=reader.integer("max_response_bytes", DEFAULT_MAX_RESPONSE_BYTES),
+        stream=reader.boolean("stream", False),
+        max_tokens_param=reader.string("max_tokens_param", "max_tokens"),
     )
+    if settings.max_tokens_param not in MAX_TOKENS_PARAMS:
+        raise ConfigError(
+            reader.key("max_tokens_param"), f"must be one of {', '.join(MAX_TOKENS_PARAMS)}"
+        )
+    if settings.stream and settings.json_mode:
+        raise ConfigError(reader.key("stream"), "cannot be combined with json_mode")
     if settings.max_tokens_cap < settings.max_tokens:
         raise ConfigError(
             reader.key("max_tokens_cap"), f"must be >= max_tokens ({settings.max_tokens})"
@@ -172,7 +194,7 @@ class OpenAIChatComponent:
     async def handle(self, ctx: SidecarContext, payload: Any) -> Any:
         body = self.request_body(payload)
         before_long_call(ctx)
-        reply = await self._post(body)
+        reply = await (self._post_streamed(body, ctx) if self.settings.stream else self._post(body))
         usage = read_usage(reply)
         if usage is not None:
             # Before anything can fail below: the tokens are spent whatever the answer.
@@ -202,8 +224,12 @@ class OpenAIChatComponent:
         body: dict[str, Any] = {
             "model": self.settings.model,
             "messages": self._messages(payload),
-            "max_tokens": self._max_tokens(payload.get("max_tokens")),
+            self.settings.max_tokens_param: self._max_tokens(payload.get("max_tokens")),
         }
+        if self.settings.stream:
+            # The last chunk then carries the usage, so the tokens are recorded as usual.
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
         if self.settings.temperature is not None:
             body["temperature"] = self.settings.temperature
         if self.settings.json_mode:
@@ -279,6 +305,58 @@ class OpenAIChatComponent:
             raise Retryable(f"{self.what} answered JSON that is not an object")
         return reply
 
+    async def _post_streamed(self, body: dict[str, Any], ctx: SidecarContext) -> dict[str, Any]:
+        """One streamed call, each text delta emitted as it arrives; the reply rebuilt as
+        the non-streamed shape (joined content, usage) for the rest of the handler."""
+        client = self.pool.get()
+        request = client.build_request(
+            "POST",
+            self.settings.endpoint,
+            headers={**self._headers(), "Accept": "text/event-stream"},
+            content=msgspec.json.encode(body),
+        )
+
+        async def read(response: httpx.Response) -> dict[str, Any]:
+            if classify_status(response.status_code) is not Outcome.SUCCESS:
+                return await self._read(response)  # raises the classified failure
+            return await self._read_stream(response, ctx)
+
+        return await exchange(
+            client,
+            request,
+            timeout_seconds=self.settings.timeout_seconds,
+            what=self.what,
+            read=read,
+        )
+
+    async def _read_stream(self, response: httpx.Response, ctx: SidecarContext) -> dict[str, Any]:
+        pieces: list[str] = []
+        usage: Any = None
+        received = 0
+        async for line in response.aiter_lines():
+            received += len(line) + 1
+            if received > self.settings.max_response_bytes:
+                raise Retryable(
+                    f"{self.what} streamed more than {self.settings.max_response_bytes} bytes"
+                )
+            if not line.startswith(_SSE_DATA):
+                continue  # blank separators, comments, event names
+            data = line[len(_SSE_DATA) :].strip()
+            if data == _SSE_DONE:
+                break
+            chunk = _decode_chunk(data, self.what)
+            usage = chunk.get("usage") or usage
+            piece = _delta_text(chunk)
+            if piece:
+                pieces.append(piece)
+                await ctx.emit("delta", {"text": piece})
+        else:
+            raise Retryable(f"{self.what} ended the stream before [DONE]")
+        reply: dict[str, Any] = {"choices": [{"message": {"content": "".join(pieces)}}]}
+        if usage is not None:
+            reply["usage"] = usage
+        return reply
+
     # -- answer -----------------------------------------------------------------------
 
     def _answer(self, reply: Mapping[str, Any]) -> Any:
@@ -298,6 +376,26 @@ class OpenAIChatComponent:
             return msgspec.json.decode(content)
         except msgspec.DecodeError as e:
             raise Retryable(f"{self.what} answered content that is not JSON in JSON mode") from e
+
+
+def _decode_chunk(data: str, what: str) -> dict[str, Any]:
+    try:
+        chunk = msgspec.json.decode(data)
+    except msgspec.DecodeError as e:
+        raise Retryable(f"{what} streamed a chunk that is not JSON: {e}") from e
+    if not isinstance(chunk, dict):
+        raise Retryable(f"{what} streamed JSON that is not an object")
+    return chunk
+
+
+def _delta_text(chunk: Mapping[str, Any]) -> str:
+    """``choices[0].delta.content`` of a streamed chunk, "" when it carries none."""
+    choices = chunk.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return ""
+    delta = choices[0].get("delta")
+    content = delta.get("content") if isinstance(delta, dict) else None
+    return content if isinstance(content, str) else ""
 
 
 def assistant_message(reply: Mapping[str, Any]) -> dict[str, Any] | None:

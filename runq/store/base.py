@@ -25,11 +25,13 @@ from runq.model import (
     FenceResult,
     HeartbeatResult,
     Lease,
+    NewEvent,
     NewRun,
     Page,
     QueueHealth,
     ReapReport,
     Run,
+    RunEvent,
     ScheduleState,
     SlotFire,
     Stats,
@@ -325,3 +327,24 @@ class Store(Protocol):
     async def queued_by_component(self) -> list[tuple[str, str, int, int]]:
         """Queued runs per (component, deployment id or ''): (component, deployment,
         ready now, delayed). For the exporter's held-back counts."""
+
+    # -- the event log -----------------------------------------------------------------
+
+    async def append_events(self, worker_id: str, lease: Lease, events: Sequence[NewEvent]) -> bool:
+        """Fenced: append ``events`` to the run's log in one transaction, numbered after the
+        last event, stamped with the database clock and the lease's attempt, data sealed per
+        (run, seq). False (nothing written) when the lease no longer holds."""
+
+    async def append_events_many(
+        self, worker_id: str, batches: Sequence[tuple[Lease, Sequence[NewEvent]]]
+    ) -> set[str]:
+        """``append_events`` for several executions of one worker in one transaction; returns
+        the ids of the runs whose fence held (the others got nothing written)."""
+
+    async def list_events(self, run_id: str, *, after: int, limit: int) -> list[RunEvent]:
+        """Up to ``limit`` events of the run with ``seq > after``, in order, data opened."""
+
+    async def trim_events(self, run_id: str, level: str, redacted_max_chars: int) -> None:
+        """Cut a settled run's stored events down to ``[privacy] level``: ``full`` keeps them,
+        ``redacted`` keeps redacted data, ``metadata`` drops handler data, ``none`` drops
+        every detail (kind, seq and time stay)."""

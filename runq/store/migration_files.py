@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sqlite3
 from dataclasses import dataclass
 from importlib import resources
 
@@ -32,11 +33,19 @@ def load_migrations(engine: str) -> tuple[Migration, ...]:
 
 
 def split_sql(script: str) -> list[str]:
-    """Split a migration script into statements at ``;`` line ends, dropping ``--`` comments.
+    """Split a migration script into statements, dropping ``--`` comment lines.
 
-    Migration files keep to that layout (no ``;`` inside string literals or bodies), so a
-    plain split is enough and each statement can run inside the migrating transaction.
+    A statement ends at a ``;`` where ``sqlite3.complete_statement`` says the text so far
+    is complete, so a trigger's ``BEGIN ...; ...; END;`` body stays one statement; each
+    statement can then run inside the migrating transaction.
     """
     lines = [ln for ln in script.splitlines() if not ln.lstrip().startswith("--")]
-    statements = [s.strip() for s in "\n".join(lines).split(";")]
+    statements: list[str] = []
+    pending = ""
+    for piece in "\n".join(lines).split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            statements.append(pending.strip().removesuffix(";").strip())
+            pending = ""
+    statements.append(pending.strip().removesuffix(";").strip())
     return [s for s in statements if s]

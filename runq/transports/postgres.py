@@ -31,6 +31,7 @@ from runq.config import redact_url
 from runq.log import get_logger
 from runq.metrics import STORE_ERRORS
 from runq.transports.base import CANCEL_PREFIX, WAKE_MESSAGE, ListenableStore, parse_message
+from runq.transports.follow import feed_for_channel, on_channel_message
 
 log = get_logger(__name__)
 
@@ -132,8 +133,12 @@ class Listener:
         self._connected_at = 0.0
         self._held_for = 0.0
         self._outage: _Outage | None = None
+        # Followers of runs in this process wait on the same channel (runq.transports.follow).
+        feed_for_channel(channel).attach_listener(lambda: self.connected)
 
     def _dispatch(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        if on_channel_message(self._channel, payload):
+            return
         kind, run_id = parse_message(payload)
         if kind == "wake":
             self._on_wake()

@@ -61,6 +61,7 @@ from runq.model import Completion, FailOutcome, Lease, Run, TerminationReason, r
 from runq.privacy import keep_answer_async, keep_error
 from runq.store.base import Store
 from runq.worker.completer import TRANSIENT_ERRORS, Completer, WriteResult
+from runq.worker.events import EventBatcher, EventWriter
 from runq.worker.inflight import InFlight, Interrupt
 
 if TYPE_CHECKING:
@@ -79,6 +80,8 @@ CHECKPOINT_RENEW_SECONDS = 1.0
 MAX_ERROR_CHARS = 2000
 #: How often a cancelled or timed-out execution looks whether its handler thread returned.
 THREAD_POLL_SECONDS = 0.05
+#: Outcomes after which a run's events are trimmed to the privacy level.
+_SETTLED = frozenset({"completed", "failed", "cancelled"})
 
 
 class WorkerShutdown(RunInterrupted):
@@ -172,10 +175,19 @@ class Execution:
     handler_over: bool = False
     deadline: _Deadline | None = None
     started: float = 0.0
+    #: The batching writer of ``ctx.emit``, made at the first event.
+    events: EventWriter | None = None
 
     @property
     def lease(self) -> Lease:
         return self.run.lease
+
+    async def emit(self, kind: str, data: Any) -> None:
+        if self.events is None:
+            self.events = self.executor.event_batcher().writer(
+                self.lease, lambda: self.interrupt(Interrupt.LEASE_LOST)
+            )
+        await self.events.emit(kind, data)
 
     def interrupt(self, reason: Interrupt) -> None:
         """Stop the handler; the first reason decides the outcome."""
@@ -357,6 +369,13 @@ class Executor:
         self.renew_soon = renew_soon
         self._limiter = anyio.CapacityLimiter(config.max_threads)
         self._async_handlers: dict[int, bool] = {}
+        self._event_batcher: EventBatcher | None = None
+
+    def event_batcher(self) -> EventBatcher:
+        """The one writer of every execution's ``ctx.emit`` events (made at first use)."""
+        if self._event_batcher is None:
+            self._event_batcher = EventBatcher(self.store, self.worker_id)
+        return self._event_batcher
 
     def _fields(self, run: Run) -> dict[str, Any]:
         return {"run_id": run.id, "attempt": run.attempt, "worker_id": self.worker_id}
@@ -407,6 +426,8 @@ class Executor:
             log.error("run.executor_error", exc=_format_exception(e), **self._fields(run))
             outcome = Outcome("unsettled", applied=False, error=error_text(e))
         finally:
+            if execution.events is not None:
+                execution.events.abandon()
             if not pending:
                 self._release(execution)
         if outcome is not None:
@@ -456,10 +477,35 @@ class Executor:
             self._handler_ended(ex)
             return await self._settle_cancelled(ex)
         result = await self._invoke(ex, handler)
+        if ex.events is not None:
+            await ex.events.close()  # every event before the outcome: the final one is last
         batching = hand_in and self.completer.running and not ex.shutdown_requested
-        if batching and isinstance(result, _Answer):
+        if batching and isinstance(result, _Answer) and not self._must_trim(ex):
             return await self._hand_in(ex, result.value, TerminationReason.COMPLETED)
-        return await self._settle(ex, result)
+        outcome = await self._settle(ex, result)
+        await self._trim_events(ex, outcome)
+        return outcome
+
+    def _must_trim(self, ex: Execution) -> bool:
+        """True when a settled run's events must be cut to ``[privacy] level``: handler data
+        in this attempt or an earlier one, or lifecycle details the level drops (``none``).
+        Such a run settles directly, so the trim follows its write; the others batch."""
+        level = self.config.privacy_level
+        if level == "full":
+            return False
+        emitted = ex.events is not None and ex.events.wrote_data
+        return emitted or ex.run.attempt > 1 or level == "none"
+
+    async def _trim_events(self, ex: Execution, outcome: Outcome) -> None:
+        """Cut a settled run's events to ``[privacy] level`` (see ``_must_trim``)."""
+        if outcome.kind not in _SETTLED or not outcome.applied or not self._must_trim(ex):
+            return
+        try:
+            await self.store.trim_events(
+                ex.run.id, self.config.privacy_level, self.config.redacted_max_chars
+            )
+        except Exception as e:  # the run is settled; its events wait for the next settle
+            log.warning("run.trim_events_failed", error=error_text(e), **self._fields(ex.run))
 
     async def count_first_claim(self, run: Run) -> None:
         """Add a run's first claim to the budget's run counters (max_runs caps)."""
