@@ -156,7 +156,13 @@ async def fuzz_server(server: RunqServer, headers: dict[str, str]) -> None:
     ids = await known_ids(server, headers)
     document = (await server.request("GET", "/schema/openapi.json")).json()
     schema = schemathesis.openapi.from_dict(document)
-    operations = [_operation(result) for result in schema.get_all_operations()]
+    # The event stream follows a live run until it ends (text/event-stream), which a
+    # request-and-check fuzzer cannot drive; tests/follow covers it, bad input included.
+    operations = [
+        op
+        for op in (_operation(result) for result in schema.get_all_operations())
+        if not op.label.endswith("/events")
+    ]
     assert len(operations) >= 11
 
     def fuzz_all() -> tuple[list[str], Counter[int]]:
