@@ -125,7 +125,7 @@ redacted_max_chars = 100
     assert (executor.privacy_level, executor.redacted_max_chars) == ("full", 100)
     assert ExecutorConfig.from_config(c, settle_until_decided=True).settle_timeout_seconds is None
     assert ReaperConfig.from_config(c) == ReaperConfig(
-        lock_grace_seconds=90, limit=9, interval=0.25
+        lock_grace_seconds=90, limit=9, interval=0.25, privacy_level="full", redacted_max_chars=100
     )
     assert ReaperConfig.from_config(c, limit=3).limit == 3
     retention = RetentionConfig.from_config(c)

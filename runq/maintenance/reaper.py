@@ -36,8 +36,8 @@ class ReaperConfig:
     #: Seconds between passes in the daemon (``[queue] poll_interval``).
     interval: float
     #: What the events of a dead-lettered run keep (``[privacy] level``), as at any settle.
-    privacy_level: str = "full"
-    redacted_max_chars: int = 4000
+    privacy_level: str
+    redacted_max_chars: int
 
     @classmethod
     def from_config(cls, config: Config, *, limit: int | None = None) -> ReaperConfig:

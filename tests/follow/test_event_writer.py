@@ -100,7 +100,13 @@ async def test_the_reaper_trims_the_events_of_a_run_it_dead_letters(store: Store
         await store.heartbeat_many("w1", [lease])  # the last heartbeat: a minute ago
     finally:
         store.clock_offset_seconds = 0.0
-    config = ReaperConfig(lock_grace_seconds=5, limit=10, interval=1, privacy_level="metadata")
+    config = ReaperConfig(
+        lock_grace_seconds=5,
+        limit=10,
+        interval=1,
+        privacy_level="metadata",
+        redacted_max_chars=4000,
+    )
     report = await Reaper(store, config).run_once()
     assert report.dead_lettered_ids == [run.id]
     events = await store.list_events(run.id, after=0, limit=10)
