@@ -247,7 +247,12 @@ async def test_a_loaded_daemon_rides_out_postgres_restarts_and_an_outage(
         assert not not_kept, f"executed but not completed: {not_kept[:5]}"
 
         # LISTEN resumed: a run submitted from this process (NOTIFY) runs at once.
-        assert server.logs().count('"listener.reconnected"') >= 2, "the listener never came back"
+        # One outage logs once each way; restarts close together may count as one outage,
+        # so what must hold is that the last word of the listener is that it came back.
+        logs = server.logs()
+        assert logs.rfind('"listener.reconnected"') > logs.rfind('"listener.disconnected"') >= 0, (
+            "the listener never came back"
+        )
         sent = time.monotonic()
         probe_run = (await q.defer("task", "echo", "after the outage")).run
         done = await wait_for(
