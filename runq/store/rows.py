@@ -24,6 +24,7 @@ from runq.model import (
     HeartbeatResult,
     Lease,
     NewRun,
+    Pause,
     Resume,
     Run,
     ScheduleState,
@@ -338,4 +339,16 @@ def schedule_state(row: Any) -> ScheduleState:
         last_slot_at=row["last_slot_at"],
         last_fire_at=row["last_fire_at"],
         last_run_id=row["last_run_id"],
+    )
+
+
+def pause_from_row(row: Any) -> Pause:
+    """A fleet-wide pause from its row (either engine)."""
+    return Pause(
+        id=row["id"],
+        kind=row["kind"],
+        target=row["target"],
+        reason=row["reason"],
+        created_by=row["created_by"],
+        created_at=row["created_at"],
     )

@@ -76,17 +76,6 @@ def _running(found: Sequence[Any]) -> tuple[float, list[tuple[str, str | None, i
     ]
 
 
-def _pause(row: Any) -> Pause:
-    return Pause(
-        id=row["id"],
-        kind=row["kind"],
-        target=row["target"],
-        reason=row["reason"],
-        created_by=row["created_by"],
-        created_at=row["created_at"],
-    )
-
-
 def _blocked_params(blocked: BudgetBlock | None) -> list[list[str]]:
     """The four text[] parameters of the budget exclusion (empty arrays exclude nothing)."""
     if blocked is None or blocked.empty:
@@ -508,14 +497,16 @@ class PostgresStore:
         row = await self._db.fetchrow(
             self._sql.pause_insert, new_run_id(), kind, target, like, reason, created_by
         )
-        return _pause(row), bool(row["created"])
+        return rows.pause_from_row(row), bool(row["created"])
 
     async def remove_pause(self, key: str, *, kind: str = "", target: str = "") -> Pause | None:
         found = await self._db.fetch(self._sql.pause_delete, key, kind, target)
-        return _pause(found[0]) if found else None
+        return rows.pause_from_row(found[0]) if found else None
 
     async def list_pauses(self) -> list[Pause]:
-        return [_pause(r) for r in await self._db.fetch(self._sql.pause_list, retry=True)]
+        return [
+            rows.pause_from_row(r) for r in await self._db.fetch(self._sql.pause_list, retry=True)
+        ]
 
     async def flow_state(self) -> FlowState:
         sql = self._sql

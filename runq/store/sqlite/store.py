@@ -426,20 +426,20 @@ class SqliteStore:
             return row, made > 0
 
         row, created = await self._write(body)
-        return _pause(row), created
+        return rows.pause_from_row(row), created
 
     async def remove_pause(self, key: str, *, kind: str = "", target: str = "") -> Pause | None:
         def body(conn: sqlite3.Connection, now: float) -> list[Row]:
             return conn.execute(self._sql.pause_delete, (key, kind, target)).fetchall()
 
         found = await self._write(body)
-        return _pause(found[0]) if found else None
+        return rows.pause_from_row(found[0]) if found else None
 
     async def list_pauses(self) -> list[Pause]:
         def body(conn: sqlite3.Connection, now: float) -> list[Row]:
             return conn.execute(self._sql.pause_list).fetchall()
 
-        return [_pause(r) for r in await self._read(body)]
+        return [rows.pause_from_row(r) for r in await self._read(body)]
 
     async def flow_state(self) -> FlowState:
         q, patterns = self._sql, _json.encode(self.flow.patterns).decode()
@@ -928,14 +928,3 @@ __all__ = ["SqliteStore"]
 #: Sorts after every character (SQLite compares text as UTF-8 bytes, in code point order),
 #: so ``prefix + _LAST_CHARACTER`` bounds every id that starts with ``prefix``.
 _LAST_CHARACTER = "\U0010ffff"
-
-
-def _pause(row: Row) -> Pause:
-    return Pause(
-        id=row["id"],
-        kind=row["kind"],
-        target=row["target"],
-        reason=row["reason"],
-        created_by=row["created_by"],
-        created_at=row["created_at"],
-    )
