@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from helpers import wait_for_sync
 
 from docs.markdown_blocks import README, ROOT, Block, copy_checkout, marked_blocks
 
@@ -60,11 +61,8 @@ def port_is_free(port: int) -> bool:
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, message: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s: {message}")
-        time.sleep(0.2)
+    """The suite's deadline waiter, polling as often as a daemon start is worth."""
+    wait_for_sync(condition, timeout=timeout, interval=0.2, message=f"timed out: {message}")
 
 
 def ready(url: str) -> bool:
