@@ -78,6 +78,11 @@ BUDGET_REFUSALS = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+UNOPENABLE_RUNS = Counter(
+    "runq_unopenable_runs_total",
+    "Claimed runs whose sealed values this process's seal.keys could not open (given back).",
+    registry=REGISTRY,
+)
 LIVE_WORKERS = Gauge("runq_live_workers", "Workers seen recently.", registry=REGISTRY)
 EXPIRED_LEASES = Gauge(
     "runq_expired_leases", "Running runs whose lease is stale.", registry=REGISTRY

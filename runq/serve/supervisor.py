@@ -278,6 +278,8 @@ class Supervisor:
     async def readiness(self) -> tuple[bool, str]:
         if self.draining:
             return False, "draining"
+        if self.claimer.refusal is not None:
+            return False, self.claimer.refusal
         try:
             with anyio.fail_after(5):
                 await self.store.ping()

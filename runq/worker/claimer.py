@@ -26,8 +26,8 @@ from anyio.abc import TaskGroup, TaskStatus
 from runq.backoff import backoff_delay
 from runq.config import Config
 from runq.log import get_logger
-from runq.metrics import CLAIMS, CONCURRENCY_LIMIT, IN_FLIGHT, STORE_ERRORS
-from runq.model import BudgetBlock, Run
+from runq.metrics import CLAIMS, CONCURRENCY_LIMIT, IN_FLIGHT, STORE_ERRORS, UNOPENABLE_RUNS
+from runq.model import BudgetBlock, ClaimedRuns, Run
 from runq.store.base import Store
 from runq.worker.executor import Execution, Executor
 from runq.worker.inflight import InFlight
@@ -79,6 +79,9 @@ class Claimer:
         self._tasks: set[asyncio.Task[object]] = set()
         self._no_tasks = anyio.Event()
         self._no_tasks.set()
+        #: Why this process stopped claiming for good (its keys cannot open the fleet's
+        #: runs), or None. ``/readyz`` reports it; a restart with the right keys clears it.
+        self.refusal: str | None = None
 
     @property
     def executor(self) -> Executor:
@@ -116,7 +119,7 @@ class Claimer:
     async def claim_once(self, executions: TaskGroup) -> int:
         """One pass: claim up to the free slots and start them. Returns how many."""
         free = self.free_slots()
-        if free <= 0:
+        if free <= 0 or self.refusal is not None:
             return 0
         if self.runtime.budget.caps_runs:
             return await self._claim_counting(free)
@@ -127,6 +130,7 @@ class Claimer:
             serialize_sessions=self.config.serialize_sessions,
             blocked=await self._blocked(),
         )
+        self._note_unopenable(runs)
         if runs:
             CLAIMS.inc(len(runs))
             # Admitted now, not when the task first runs: the next pass's free-slot count
@@ -136,6 +140,21 @@ class Claimer:
             for execution in admitted:
                 self._start(execution, counted=False)
         return len(runs)
+
+    def _note_unopenable(self, runs: ClaimedRuns) -> None:
+        """Stop claiming when a claim took runs this process cannot open. The store gave them
+        back (queued, attempt not spent); claiming on would only take them again and again,
+        and would starve the replicas that can open them of nothing but time."""
+        unopenable = runs.unopenable
+        if not unopenable:
+            return
+        UNOPENABLE_RUNS.inc(len(unopenable))
+        if self.refusal is None:
+            self.refusal = (
+                f"claimed run {unopenable[0]} cannot be opened with this process's seal.keys;"
+                " claiming stopped (restart with the fleet's keys)"
+            )
+            log.error("claim.unopenable", runs=list(unopenable), detail=self.refusal)
 
     def _start(self, execution: Execution, *, counted: bool) -> None:
         coro = self.executor.run_admitted(execution, counted=counted, hand_in=True)
@@ -182,6 +201,7 @@ class Claimer:
                 serialize_sessions=self.config.serialize_sessions,
                 blocked=await self._blocked(),
             )
+            self._note_unopenable(runs)
             if not runs:
                 break
             CLAIMS.inc()

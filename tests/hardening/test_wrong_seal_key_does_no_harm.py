@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from serve_harness import RunqSetup, pg_ready, runq_engine, runq_setup
+from helpers import wait_for
+from serve_harness import RunqSetup, ServeFactory, pg_ready, runq_engine, runq_setup
 
 from runq.seal import generate_key
 
@@ -53,3 +54,48 @@ async def test_a_rotation_moves_the_fingerprint(runq_setup: RunqSetup) -> None:
     assert stale.returncode == 2
     assert "seal.keys" in stale.stderr
     assert (await runq_setup.cli("migrate", config=_keys(runq_setup, new))).returncode == 0
+
+
+async def test_a_claimed_run_that_cannot_be_opened_stops_the_replica_and_loses_nothing(
+    runq_setup: RunqSetup,
+) -> None:
+    """The start-up check passes (the ring opens the fingerprint), yet a peer seals under a
+    newer key: the run goes back to ``queued`` with its attempt unspent, this replica stops
+    claiming, says why on ``/readyz`` and counts it; a replica with the fleet's keys runs it."""
+    factory = ServeFactory(runq_setup)
+    try:
+        old_only = {"queue": {"poll_interval": 0.2}}
+        stale = await factory(old_only)  # the setup's one key: the fleet's key at migration
+        new = _key_file(runq_setup, "new.key")
+        ring = {"seal": {"keys": [f"file:{new}", f"file:{runq_setup.key_file}"]}}
+        async with runq_setup.queue(ring) as q:
+            run_id = (await q.defer("task", "record", {"n": 1})).run.id
+
+            async def given_back() -> bool:
+                run = await q.get(run_id)
+                return run is not None and run.status == "queued" and bool(run.error)
+
+            await wait_for(given_back, timeout=30, message="unopenable run given back")
+            run = await q.get(run_id)
+            assert run is not None
+            assert run.attempt == 0
+            assert "seal" in (run.error or "")
+
+            ready = await stale.request("GET", "/readyz")
+            assert ready.status_code == 503
+            assert "seal.keys" in ready.text
+            scraped = (await stale.request("GET", "/metrics")).text
+            assert "runq_unopenable_runs_total 1.0" in scraped
+
+            await factory({"seal": ring["seal"], "queue": {"poll_interval": 0.2}})
+
+            async def completed() -> bool:
+                run = await q.get(run_id)
+                return run is not None and run.status == "completed"
+
+            await wait_for(completed, timeout=30, message="a replica with the keys ran it")
+            # The stale replica claimed once and stopped: the metric did not climb.
+            scraped = (await stale.request("GET", "/metrics")).text
+            assert "runq_unopenable_runs_total 1.0" in scraped
+    finally:
+        await factory.stop_all()
