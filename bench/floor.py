@@ -1,7 +1,7 @@
 """The floor: what PostgreSQL allows for runq's schema and statements, with no daemon.
 
 A minimal asyncpg loop that issues runq's OWN claim and completion statements (the texts
-are imported from runq/store/postgres.py, never copied): claim up to 16 runs, complete
+are imported from runq/store/postgres/statements/, never copied): claim up to 16 runs, complete
 them in one statement, repeat until the queue is empty. No handler, no sealing of an
 answer, no Run objects, no heartbeats, no metrics. runq's W1 drain is reported as a
 fraction of this.

@@ -1,0 +1,88 @@
+"""``[queue]`` and ``[reaper]``: how runs are claimed, executed, retried and reaped."""
+
+from __future__ import annotations
+
+import msgspec
+
+from runq.config.common import _require
+from runq.config.services import LIVE_WORKER_HEARTBEATS, REAP_LIMIT
+
+TRANSPORTS = ("sync", "local", "postgres")
+
+
+class QueueConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    max_attempts: int = 1
+    retry_delay_seconds: float = 30.0
+    timeout_seconds: float = 3600.0
+    lock_grace_seconds: float = 60.0
+    stop_timeout_seconds: float | None = None
+    poll_interval: float = 1.0
+    max_concurrency: int = 32
+    max_queue_depth: int = 1000
+    #: Queued runs not yet due (delayed) have their own bound: they never count against
+    #: ``max_queue_depth``, so runs delayed far into the future cannot fill the queue.
+    max_delayed: int = 10000
+    #: One user's queued runs (0 = unbounded): no user can fill the queue for everyone.
+    max_queued_per_user: int = 0
+    retention_seconds: float = 86400.0
+    paused_retention_seconds: float = 0.0
+    retention_interval_seconds: float = 3600.0
+    deployment_id: str = ""
+    serialize_sessions: bool = True
+    worker: bool = True
+
+    @property
+    def heartbeat_interval(self) -> float:
+        return self.lock_grace_seconds / 3
+
+    @property
+    def live_worker_seconds(self) -> float:
+        """A worker seen (heartbeat) within this many seconds counts as live."""
+        return LIVE_WORKER_HEARTBEATS * self.heartbeat_interval
+
+    @property
+    def effective_stop_timeout(self) -> float:
+        if self.stop_timeout_seconds is not None:
+            return self.stop_timeout_seconds
+        return min(30.0, self.lock_grace_seconds - 1)
+
+    @property
+    def deployment(self) -> str | None:
+        return self.deployment_id or None
+
+
+class ReaperConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    limit: int = REAP_LIMIT
+
+
+def _validate_queue(q: QueueConfig) -> None:
+    _require(q.max_attempts >= 1, "queue.max_attempts", f"{q.max_attempts} must be >= 1")
+    _require(q.retry_delay_seconds >= 0, "queue.retry_delay_seconds", "must be >= 0")
+    _require(q.timeout_seconds > 0, "queue.timeout_seconds", "must be > 0")
+    _require(
+        q.lock_grace_seconds >= 3,
+        "queue.lock_grace_seconds",
+        f"{q.lock_grace_seconds} must be >= 3",
+    )
+    if q.stop_timeout_seconds is not None:
+        _require(
+            0 <= q.stop_timeout_seconds < q.lock_grace_seconds,
+            "queue.stop_timeout_seconds",
+            (
+                f"{q.stop_timeout_seconds} must be >= 0 and "
+                f"< queue.lock_grace_seconds ({q.lock_grace_seconds})"
+            ),
+        )
+    _require(q.poll_interval > 0, "queue.poll_interval", f"{q.poll_interval} must be > 0")
+    _require(
+        1 <= q.max_concurrency <= 10_000, "queue.max_concurrency", "must be between 1 and 10000"
+    )
+    _require(q.max_queue_depth >= 0, "queue.max_queue_depth", "must be >= 0 (0 = unbounded)")
+    _require(q.max_delayed >= 0, "queue.max_delayed", "must be >= 0 (0 = unbounded)")
+    _require(
+        q.max_queued_per_user >= 0, "queue.max_queued_per_user", "must be >= 0 (0 = unbounded)"
+    )
+    _require(q.retention_seconds > 0, "queue.retention_seconds", "must be > 0")
+    _require(q.paused_retention_seconds >= 0, "queue.paused_retention_seconds", "must be >= 0")
+    _require(q.retention_interval_seconds > 0, "queue.retention_interval_seconds", "must be > 0")
+    _require(len(q.deployment_id) <= 200, "queue.deployment_id", "must be at most 200 characters")

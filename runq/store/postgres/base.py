@@ -1,0 +1,152 @@
+"""What every group of PostgreSQL verbs shares: the pools, the statements built once per
+schema (and clock offset), the sealer, declared here so each verb module (a mixin over
+this class) type-checks on its own."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from runq.flow import FlowRules
+from runq.model import Run
+from runq.seal import Sealer
+from runq.store import rows
+from runq.store.postgres import statements as pg_sql
+from runq.store.postgres.connection import Pool
+from runq.store.statements import check_schema
+
+#: How many rows one submit_many statement carries; larger batches just take more statements.
+#: The claim path's own connections (opened on the first claim): one claimer per replica,
+#: plus one for a ``sync`` claim of a single run beside it.
+CLAIM_CONNECTIONS = 2
+
+
+def _running(found: Sequence[Any]) -> tuple[float, list[tuple[str, str | None, int]]]:
+    """(the clock, running counts) from ``running_by_component``: its first row carries
+    the clock and no component."""
+    now = next(float(r["now"]) for r in found if r["component"] is None)
+    return now, [
+        (r["component"], r["concurrency_key"], r["n"]) for r in found if r["component"] is not None
+    ]
+
+
+class PostgresBase:
+    """The state every PostgreSQL verb group reads; ``PostgresStore`` is the whole store.
+
+    ``min_size``/``max_size`` bound the asyncpg pool; ``command_timeout`` bounds every
+    statement (a timeout is ``StoreUnavailable``); ``migration_timeout`` replaces it for
+    migration DDL; ``application_name`` shows in ``pg_stat_activity``.
+    """
+
+    engine = "postgres"
+    supports_listen = True
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str,
+        sealer: Sealer,
+        min_size: int = 1,
+        max_size: int = 10,
+        command_timeout: float = 30.0,
+        connect_timeout: float = 10.0,
+        migration_timeout: float = 3600.0,
+        application_name: str = "runq",
+        pgbouncer: bool = False,
+        listen_url: str = "",
+    ) -> None:
+        self.url = url
+        self._pgbouncer = pgbouncer
+        self._listen_url = listen_url
+        self.schema = check_schema(schema)
+        self.clock_offset_seconds = 0.0
+        #: ``[limits]`` applied by this process's claims (set by ``open_store``).
+        self.flow = FlowRules()
+        self._sealer = sealer
+        self._migration_timeout = migration_timeout
+        self._db = Pool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            command_timeout=command_timeout,
+            connect_timeout=connect_timeout,
+            application_name=application_name,
+            pooled=pgbouncer,
+        )
+        # Claims on a connection of their own: a wake-up's claim never queues behind
+        # completion writes and heartbeats on the shared pool (the start-latency tail).
+        self._claims = Pool(
+            url,
+            min_size=1,
+            max_size=CLAIM_CONNECTIONS,
+            command_timeout=command_timeout,
+            connect_timeout=connect_timeout,
+            application_name=f"{application_name} claims",
+            pooled=pgbouncer,
+        )
+        self._claims_opening = asyncio.Lock()
+        self._sql_offset = 0.0
+        self._sql_cache = pg_sql.build(schema, 0.0)
+
+    @property
+    def channel(self) -> str:
+        """The NOTIFY channel of this installation (one per schema)."""
+        return f"runq_{self.schema}"
+
+    @property
+    def statements(self) -> pg_sql.Statements:
+        """The statement texts this store prepares (also read by bench/explain_claim.py)."""
+        # Tests move the clock by assigning clock_offset_seconds; rebuild the texts then.
+        if self.clock_offset_seconds != self._sql_offset:
+            self._sql_offset = self.clock_offset_seconds
+            self._sql_cache = pg_sql.build(self.schema, self._sql_offset)
+        return self._sql_cache
+
+    def _run(self, row: Any) -> Run:
+        return rows.row_to_run(row, self._sealer)
+
+    @property
+    def listen_url(self) -> str | None:
+        """Where LISTEN connects: ``[store] listen_url``, else the store URL unless behind
+        PgBouncer (a pooled server connection cannot hold a LISTEN): None, poll only."""
+        if self._listen_url:
+            return self._listen_url
+        return None if self._pgbouncer else self.url
+
+    async def connect(self) -> None:
+        await self._db.connect()
+
+    async def _claim_pool(self) -> Pool:
+        # Opened on the first claim: a replica that serves only the API, and every CLI
+        # command, never holds these connections.
+        if not self._claims.connected:
+            async with self._claims_opening:
+                await self._claims.connect()
+        return self._claims
+
+    async def close(self) -> None:
+        try:
+            await self._claims.close()
+        finally:
+            await self._db.close()
+
+    async def ping(self) -> None:
+        await self._db.fetchval(self._sql.ping, retry=True)
+
+    async def now(self) -> float:
+        value: float = await self._db.fetchval(self._sql.now, retry=True)
+        return value
+
+    @property
+    def _schedule_sql(self) -> pg_sql.ScheduleStatements:
+        offset = self.clock_offset_seconds
+        if self._schedule_cache is None or self._schedule_cache[0] != offset:
+            self._schedule_cache = (offset, pg_sql.build_schedules(self.schema, offset))
+        return self._schedule_cache[1]
+
+    #: The short name the verbs use.
+    _sql = statements
+
+    _schedule_cache: tuple[float, pg_sql.ScheduleStatements] | None = None

@@ -1,0 +1,200 @@
+"""A run's life under a lease on PostgreSQL: claim, heartbeat, complete, fail, pause."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from runq.model import (
+    BudgetBlock,
+    ClaimedRuns,
+    Completion,
+    FailOutcome,
+    FenceResult,
+    HeartbeatResult,
+    Lease,
+)
+from runq.store import messages, rows
+from runq.store.postgres.base import (
+    PostgresBase,
+    _running,
+)
+
+
+def _blocked_params(blocked: BudgetBlock | None) -> list[list[str]]:
+    """The four text[] parameters of the budget exclusion (empty arrays exclude nothing)."""
+    if blocked is None or blocked.empty:
+        return [[], [], [], []]
+    pairs = sorted(blocked.pairs)
+    return [
+        sorted(blocked.users),
+        sorted(blocked.configurations),
+        [u for u, _ in pairs],
+        [c for _, c in pairs],
+    ]
+
+
+class PostgresLifecycle(PostgresBase):
+    """A group of ``Store`` verbs; ``PostgresStore`` composes the groups."""
+
+    async def claim(
+        self,
+        worker_id: str,
+        slots: int,
+        *,
+        deployment_id: str | None,
+        serialize_sessions: bool = True,
+        blocked: BudgetBlock | None = None,
+        run_id: str | None = None,
+    ) -> ClaimedRuns:
+        if slots <= 0:
+            return ClaimedRuns()
+        sql = self._sql
+        claims = await self._claim_pool()
+        rules = [serialize_sessions, *_blocked_params(blocked)]
+        if self.flow.enabled:
+            found = await self._claim_limited(worker_id, slots, rules, deployment_id, run_id)
+        elif run_id is not None:
+            found = await claims.fetch(
+                sql.claim_one, worker_id, run_id, *rules, deployment_id or ""
+            )
+        elif deployment_id:
+            found = await claims.fetch(sql.claim_affinity, worker_id, slots, *rules, deployment_id)
+        else:
+            found = await claims.fetch(sql.claim, worker_id, slots, *rules)
+        runs, broken = rows.open_claimed(rows.in_claim_order(found), self._sealer)
+        if broken:
+            # Given back, not left running: a replica holding the wrong keys must neither
+            # strand the batch nor spend attempts until the reaper dead-letters the runs.
+            await self._db.fetch(
+                sql.release,
+                worker_id,
+                [row["id"] for row, _ in broken],
+                [row["attempt"] for row, _ in broken],
+                [messages.not_executed(error) for _, error in broken],
+            )
+        return ClaimedRuns(runs, unopenable=(row["id"] for row, _ in broken))
+
+    async def _claim_limited(
+        self,
+        worker_id: str,
+        slots: int,
+        rules: list[Any],
+        deployment_id: str | None,
+        run_id: str | None,
+    ) -> list[Any]:
+        """The claim under ``[limits]``: in one transaction, take the limits lock, count what
+        runs and what each rate window has spent, claim within the room left, and count the
+        starts into the rate windows. The lock makes the count and the claim one step for
+        the fleet: a second claimer counts after this one commits."""
+        sql, flow = self._sql, self.flow
+        async with self._db.transaction() as con:
+            await con.execute(sql.limits_lock, f"{self.schema}.runq.limits")
+            now, rows_running = _running(await con.fetch(sql.running_by_component))
+            running = flow.running_by_group((c, n) for c, _, n in rows_running)
+            keyed = flow.key_running(rows_running)
+            used = [0] * len(flow.groups)
+            if flow.has_rates:
+                stored = await con.fetch(sql.rate_windows_get, flow.patterns)
+                used = flow.rate_used(
+                    now, {r["pattern"]: (r["window_start"], r["used"]) for r in stored}
+                )
+            gate = [
+                flow.like_patterns,
+                flow.room(running, used),
+                flow.per_key_max(),
+                [i + 1 for i, _, _ in keyed],  # SQL arrays count from 1
+                [key for _, key, _ in keyed],
+                [n for _, _, n in keyed],
+            ]
+            dep = deployment_id or ""
+            if run_id is not None:
+                found = await con.fetch(
+                    sql.claim_limited_one, worker_id, run_id, *rules, dep, *gate
+                )
+            elif deployment_id:
+                found = await con.fetch(
+                    sql.claim_limited_affinity, worker_id, slots, *rules, dep, *gate
+                )
+            else:
+                found = await con.fetch(sql.claim_limited, worker_id, slots, *rules, dep, *gate)
+            if flow.has_rates and found:
+                bumps = flow.started(
+                    now, (f"{r['component_type']}/{r['component_id']}" for r in found)
+                )
+                if bumps:
+                    await con.execute(
+                        sql.rate_windows_bump,
+                        list(bumps),
+                        [start for start, _ in bumps.values()],
+                        [n for _, n in bumps.values()],
+                    )
+        return list(found)
+
+    async def heartbeat_many(self, worker_id: str, leases: Sequence[Lease]) -> HeartbeatResult:
+        # Sorted by id, so concurrent batches of one worker lock rows in the same order.
+        ordered = sorted(leases, key=lambda le: le.run_id)
+        renewed = await self._db.fetch(
+            self._sql.heartbeat,
+            worker_id,
+            [le.run_id for le in ordered],
+            [le.attempt for le in ordered],
+        )
+        return rows.heartbeat_result(
+            leases,
+            {(r["id"], r["attempt"]) for r in renewed},
+            (r["id"] for r in renewed if r["cancel_requested"]),
+        )
+
+    async def complete_many(self, worker_id: str, completions: Sequence[Completion]) -> FenceResult:
+        if not completions:
+            return FenceResult()
+        ordered = sorted(completions, key=lambda c: c.run_id)
+        done = await self._db.fetch(
+            self._sql.complete,
+            worker_id,
+            [c.run_id for c in ordered],
+            [c.attempt for c in ordered],
+            [rows.seal_answer(self._sealer, c) for c in ordered],
+            [c.termination_reason.value for c in ordered],
+        )
+        return rows.fence_result(completions, {r["id"] for r in done})
+
+    async def fail(
+        self,
+        worker_id: str,
+        lease: Lease,
+        *,
+        error: str,
+        retryable: bool,
+        retry_in_seconds: float,
+    ) -> FailOutcome:
+        status = await self._db.fetchval(
+            self._sql.fail,
+            lease.run_id,
+            lease.attempt,
+            worker_id,
+            retryable,
+            max(float(retry_in_seconds), 0.0),
+            error,
+        )
+        return rows.fail_outcome(status)
+
+    async def pause(self, worker_id: str, lease: Lease, *, reason: str, state: Any) -> bool:
+        sealed = rows.seal_json(self._sealer, "resume_state", lease.run_id, state)
+        found = await self._db.fetchval(
+            self._sql.pause, lease.run_id, lease.attempt, worker_id, reason, sealed
+        )
+        return found is not None
+
+    async def settle_cancelled(self, worker_id: str, lease: Lease) -> bool:
+        found = await self._db.fetchval(
+            self._sql.settle_cancelled, lease.run_id, lease.attempt, worker_id
+        )
+        return found is not None
+
+    async def set_non_idempotent(self, worker_id: str, lease: Lease, inside: bool) -> bool:
+        found = await self._db.fetchval(
+            self._sql.set_non_idempotent, lease.run_id, lease.attempt, worker_id, inside
+        )
+        return found is not None

@@ -1,0 +1,162 @@
+"""Operator verbs on PostgreSQL: workers, stats, health, job lists, reaping, purging, resealing."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+
+from runq.model import (
+    Page,
+    QueueHealth,
+    ReapReport,
+    Stats,
+    Status,
+    WorkerInfo,
+)
+from runq.seal import SEALED_COLUMNS
+from runq.store import messages, rows
+from runq.store.postgres import statements as pg_sql
+from runq.store.postgres.base import PostgresBase
+
+
+def _counts(statuses: list[str] | None, ns: list[int] | None) -> dict[str, int]:
+    return dict(zip(statuses or [], ns or [], strict=True))
+
+
+class PostgresOperations(PostgresBase):
+    """A group of ``Store`` verbs; ``PostgresStore`` composes the groups."""
+
+    async def reap_stale(self, *, lock_grace_seconds: float, limit: int) -> ReapReport:
+        if limit <= 0:
+            return ReapReport()
+        row = await self._db.fetchrow(
+            self._sql.reap,
+            float(lock_grace_seconds),
+            limit,
+            messages.REAP_NON_IDEMPOTENT_ERROR,
+            messages.REAP_NO_REQUEST_ERROR,
+        )
+        requeued, dead = list(row["requeued"]), list(row["dead"])
+        return ReapReport(
+            requeued=len(requeued),
+            dead_lettered=len(dead),
+            skipped=row["seen"] - len(requeued) - len(dead),
+            requeued_ids=requeued,
+            dead_lettered_ids=dead,
+        )
+
+    async def purge_batch(
+        self, *, retention_seconds: float, paused_retention_seconds: float, limit: int
+    ) -> int:
+        limit = max(int(limit), 1)
+        if paused_retention_seconds > 0:  # 0 = paused runs wait until decided
+            deleted: int = await self._db.fetchval(
+                self._sql.purge_with_paused,
+                float(retention_seconds),
+                limit,
+                float(paused_retention_seconds),
+            )
+        else:
+            deleted = await self._db.fetchval(self._sql.purge, float(retention_seconds), limit)
+        return deleted
+
+    async def register_worker(self, info: WorkerInfo) -> None:
+        await self._db.fetch(
+            self._sql.register_worker, info.id, info.hostname, info.pid, info.deployment_id or ""
+        )
+
+    async def remove_worker(self, worker_id: str) -> None:
+        await self._db.fetch(self._sql.remove_worker, worker_id)
+
+    async def prune_workers(self, *, max_age_seconds: float) -> int:
+        pruned: int = await self._db.fetchval(self._sql.prune_workers, float(max_age_seconds))
+        return pruned
+
+    async def list_workers(self, *, max_age_seconds: float) -> list[WorkerInfo]:
+        found = await self._db.fetch(self._sql.list_workers, float(max_age_seconds), retry=True)
+        return [rows.row_to_worker(r) for r in found]
+
+    async def stats(self) -> Stats:
+        row = await self._db.fetchrow(self._sql.stats, retry=True)
+        return Stats(
+            counts=_counts(row["statuses"], row["ns"]),
+            oldest_queued_age_seconds=row["oldest_age"],
+        )
+
+    async def health(
+        self, *, lock_grace_seconds: float, worker_max_age_seconds: float
+    ) -> QueueHealth:
+        row = await self._db.fetchrow(
+            self._sql.health, float(lock_grace_seconds), float(worker_max_age_seconds), retry=True
+        )
+        return QueueHealth(
+            counts=_counts(row["statuses"], row["ns"]),
+            oldest_queued_age_seconds=row["oldest_age"],
+            oldest_queued_age_by_deployment=dict(
+                zip(row["deps"] or [], row["ages"] or [], strict=True)
+            ),
+            expired_leases=row["expired"],
+            live_workers=row["live"],
+        )
+
+    async def list_jobs(
+        self,
+        *,
+        statuses: Sequence[Status] = (),
+        page: int = 1,
+        limit: int = 20,
+        sort_by: str = "created_at",
+        sort_order: str = "desc",
+        user_id: str | None = None,
+    ) -> Page:
+        page, limit = max(int(page), 1), max(int(limit), 1)
+        page_sql, count_sql = pg_sql.list_jobs(
+            self.schema,
+            statuses=statuses,
+            by_user=user_id is not None,
+            sort_by=sort_by,
+            sort_order=sort_order,
+            limit=limit,
+            offset=(page - 1) * limit,
+        )
+        args = [] if user_id is None else [user_id]
+
+        async def read(pool: asyncpg.Pool) -> tuple[int, list[Any]]:
+            async with pool.acquire() as con:
+                total = await con.fetchval(count_sql, *args)
+                found = await con.fetch(page_sql, *args)
+                return total, found
+
+        total, found = await self._db.call(read, retry=True)
+        return Page(data=[self._run(r) for r in found], page=page, limit=limit, total_count=total)
+
+    async def reseal_page(self, *, after_id: str, limit: int) -> tuple[str | None, int]:
+        async with self._db.transaction() as con:
+            page = await con.fetch(pg_sql.reseal_select(self._sql, limit), after_id)
+            if not page:
+                return None, 0
+            columns: dict[str, list[bytes | None]] = {c: [] for c in SEALED_COLUMNS}
+            resealed = 0
+            for row in page:
+                for column in SEALED_COLUMNS:
+                    new = rows.resealed(self._sealer, column, row["id"], row[column])
+                    columns[column].append(row[column] if new is None else new)
+                    resealed += new is not None
+            if resealed:
+                await con.execute(
+                    self._sql.reseal_update,
+                    [r["id"] for r in page],
+                    *(columns[c] for c in SEALED_COLUMNS),
+                )
+            last: str = page[-1]["id"]
+            return last, resealed
+
+    async def count_runs(self) -> int:
+        total: int = await self._db.fetchval(self._sql.count_runs, retry=True)
+        return total
+
+    async def run_ids_with_prefix(self, prefix: str, *, limit: int) -> list[str]:
+        found = await self._db.fetch(self._sql.ids_with_prefix, prefix, max(limit, 1), retry=True)
+        return [row["id"] for row in found]

@@ -1,0 +1,218 @@
+"""Producer verbs on PostgreSQL: submit (unique runs too), get, cancel, continue and requeue."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+
+from runq.errors import (
+    Conflict,
+    IdempotencyConflict,
+    InvalidTransition,
+    NotFound,
+    QueueFull,
+    StoreUnavailable,
+)
+from runq.model import (
+    TRANSITIONS,
+    NewRun,
+    Run,
+    Status,
+    SubmitResult,
+    new_run_id,
+)
+from runq.store import messages, rows
+from runq.store.postgres import statements as pg_sql
+from runq.store.postgres.base import PostgresBase
+
+
+def _copy_record(v: rows.InsertValues, concurrency_key: str | None, now: float) -> tuple[Any, ...]:
+    """One row for ``SUBMIT_COPY_COLUMNS``: queued, attempt 0, created and updated now."""
+    return (
+        v.id,
+        v.component_type,
+        v.component_id,
+        "queued",
+        0,
+        v.max_attempts,
+        v.priority,
+        v.session_id,
+        v.user_id,
+        v.actor,
+        v.configuration,
+        v.deployment_id,
+        v.idempotency_key,
+        v.origin,
+        now,
+        now,
+        now + v.delay,
+        v.has_request,
+        v.payload,
+        concurrency_key,
+    )
+
+
+#: How often submit re-runs after losing an idempotency race (the winner is then visible).
+_SUBMIT_ATTEMPTS = 3
+
+
+class PostgresRuns(PostgresBase):
+    """A group of ``Store`` verbs; ``PostgresStore`` composes the groups."""
+
+    async def submit(
+        self,
+        new: NewRun,
+        *,
+        max_queue_depth: int,
+        wake: bool = False,
+        max_delayed: int = 0,
+        max_queued_per_user: int = 0,
+    ) -> SubmitResult:
+        run_id = new.id or new_run_id()
+        # Encode before any SQL: a value that is not JSON raises InvalidPayload, nothing written.
+        values = rows.insert_values(new, run_id, self._sealer, rows.encoded_payload(new))
+        args = (
+            *values,
+            max(max_queue_depth, 0),
+            self.channel if wake else None,
+            new.concurrency_key,
+            max(max_delayed, 0),
+            max(max_queued_per_user, 0),
+        )
+        if new.unique is not None:
+            return await self._submit_unique(new, args, max_queue_depth)
+        return await self._submit_row(new, args, max_queue_depth, self._db)
+
+    async def _submit_row(
+        self, new: NewRun, args: Sequence[Any], max_queue_depth: int, db: Any
+    ) -> SubmitResult:
+        """The submit statement on ``db`` (the pool, or a connection inside a transaction);
+        ``args`` as ``_submit_sql`` numbers them."""
+        run_id = args[0]
+        delay, max_delayed, max_queued_per_user = args[12], args[18], args[19]
+        for _ in range(_SUBMIT_ATTEMPTS):
+            try:
+                row = await db.fetchrow(self._sql.submit, *args)
+            except asyncpg.UniqueViolationError as e:  # the primary key: an explicit id reused
+                raise Conflict(messages.run_exists(run_id)) from e
+            if row["id"] is not None:
+                return SubmitResult(self._run(row), True)
+            if row["existing_id"] is not None:
+                return await self._existing(new, row["existing_id"], row["existing_component"])
+            if row["user_full"]:
+                raise QueueFull(messages.user_queue_full(max_queued_per_user))
+            if row["queue_full"] and delay > 0:
+                raise QueueFull(messages.delayed_full(max_delayed))
+            if row["queue_full"]:
+                raise QueueFull(messages.queue_full(max_queue_depth))
+            # Lost an idempotency race to a transaction that committed meanwhile: go again.
+        raise StoreUnavailable(
+            f"submit of idempotency key {new.idempotency_key!r} kept racing; try again"
+        )
+
+    async def _existing(self, new: NewRun, run_id: str, component: str) -> SubmitResult:
+        if component != f"{new.component_type}/{new.component_id}":
+            raise IdempotencyConflict(
+                messages.idempotency_conflict(new.idempotency_key or "", component)
+            )
+        run = await self.get(run_id)
+        if run is None:  # purged between the two statements; extremely unlikely
+            raise StoreUnavailable(f"run {run_id} vanished while answering its idempotency key")
+        return SubmitResult(run, False)
+
+    async def submit_many(self, news: Sequence[NewRun]) -> list[str]:
+        ids = [n.id or new_run_id() for n in news]
+        if not ids:
+            return ids
+        # Every payload encoded and sealed before any SQL, so a bad value writes nothing.
+        values = [
+            rows.insert_values(n, run_id, self._sealer, rows.encoded_payload(n))
+            for run_id, n in zip(ids, news, strict=True)
+        ]
+        try:
+            async with self._db.transaction() as con:
+                # One clock for the batch, the transaction's (what the INSERT would use);
+                # then binary COPY straight into the run table: no parameter arrays to
+                # build and unpack, and the unique index still refuses a taken
+                # idempotency key for the whole batch.
+                now: float = await con.fetchval(self._sql.now)
+                await con.copy_records_to_table(
+                    "runs",
+                    schema_name=self.schema,
+                    columns=pg_sql.SUBMIT_COPY_COLUMNS,
+                    records=[
+                        _copy_record(v, n.concurrency_key, now)
+                        for v, n in zip(values, news, strict=True)
+                    ],
+                )
+        except asyncpg.UniqueViolationError as e:
+            raise Conflict(messages.bulk_refused(e)) from e
+        return ids
+
+    async def get(self, run_id: str) -> Run | None:
+        row = await self._db.fetchrow(self._sql.get, run_id, retry=True)
+        return None if row is None else self._run(row)
+
+    async def _refusal(self, run_id: str) -> Run:
+        """The run as it is now, for deciding why a conditional UPDATE matched nothing."""
+        run = await self.get(run_id)
+        if run is None:
+            raise NotFound(messages.not_found(run_id))
+        return run
+
+    async def cancel(self, run_id: str) -> Run:
+        row = await self._db.fetchrow(self._sql.cancel, run_id)
+        if row is not None:
+            return self._run(row)
+        run = await self._refusal(run_id)
+        if run.status == Status.CANCELLED:
+            return run
+        raise Conflict(messages.cancel_refused(run_id, run.status.value))
+
+    async def continue_(self, run_id: str, decision: Any) -> Run:
+        sealed = rows.seal_json(self._sealer, "decision", run_id, decision)
+        row = await self._db.fetchrow(self._sql.continue_, run_id, sealed)
+        if row is not None:
+            return self._run(row)
+        row = await self._db.fetchrow(self._sql.get, run_id, retry=True)
+        if row is None:
+            raise NotFound(messages.not_found(run_id))
+        if rows.is_repeat_continue(row):
+            return self._run(row)
+        raise Conflict(messages.continue_refused(run_id, row["status"]))
+
+    async def requeue(
+        self, run_id: str, *, clear_cancellation: bool, force: bool, lock_grace_seconds: float
+    ) -> Run:
+        row = await self._db.fetchrow(
+            self._sql.requeue, run_id, clear_cancellation, force, float(lock_grace_seconds)
+        )
+        if row is not None:
+            return self._run(row)
+        run = await self._refusal(run_id)
+        if run.status not in TRANSITIONS["requeue"].sources:
+            raise InvalidTransition(messages.requeue_refused(run_id, run.status.value))
+        raise Conflict(messages.requeue_too_soon(run_id, lock_grace_seconds))
+
+    async def _submit_unique(
+        self, new: NewRun, args: Sequence[Any], max_queue_depth: int
+    ) -> SubmitResult:
+        """Submit under the unique key's lock row: the first of concurrent submitters of a
+        key inserts, the others wait for its commit and then find its run."""
+        assert new.unique is not None
+        component = f"{new.component_type}/{new.component_id}"
+        sql = self._schedule_sql
+        async with self._db.transaction() as con:
+            lock = await con.fetchrow(sql.unique_lock, component, new.unique.key)
+            if lock["run_id"] is not None:
+                row = await con.fetchrow(self._sql.get, lock["run_id"])
+                if row is not None and new.unique.holds(
+                    Status(row["status"]), row["created_at"], lock["db_now"]
+                ):
+                    return SubmitResult(self._run(row), False)
+            result = await self._submit_row(new, args, max_queue_depth, con)
+            if result.created:
+                await con.execute(sql.unique_set, component, new.unique.key, result.run.id)
+            return result

@@ -1,0 +1,167 @@
+"""Every PostgreSQL statement text, built once per (schema, clock offset) by pure functions.
+
+Texts never carry user input (only the schema, checked to be an identifier, enum values and
+integers), so asyncpg's per-connection statement cache keeps them prepared. Every time
+written comes from the database clock: ``now()`` of the statement's transaction plus the
+clock offset, which only tests set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runq.store.postgres.statements.claims import _claim_sql, _limited_claim_sql, _release_sql
+from runq.store.postgres.statements.common import _clock
+from runq.store.postgres.statements.events import _events_sql
+from runq.store.postgres.statements.flow import _flow_sql, _usage_sql
+from runq.store.postgres.statements.lifecycle import _lifecycle_sql
+from runq.store.postgres.statements.operations import (
+    _maintenance_sql,
+    _reap_sql,
+    _worker_sql,
+    list_jobs,
+    reseal_select,
+)
+from runq.store.postgres.statements.runs import SUBMIT_COPY_COLUMNS, _submit_many_sql, _submit_sql
+from runq.store.postgres.statements.schedules import ScheduleStatements, build_schedules
+
+__all__ = [
+    "SUBMIT_COPY_COLUMNS",
+    "ScheduleStatements",
+    "Statements",
+    "build",
+    "build_schedules",
+    "list_jobs",
+    "reseal_select",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Statements:
+    """Every statement text of one (schema, clock offset), built once."""
+
+    now: str
+    get: str
+    count_runs: str
+    submit: str
+    submit_many: str
+    cancel: str
+    continue_: str
+    requeue: str
+    claim: str
+    claim_affinity: str
+    claim_one: str
+    heartbeat: str
+    complete: str
+    fail: str
+    pause: str
+    settle_cancelled: str
+    set_non_idempotent: str
+    record_usage: str
+    count_claimed_run: str
+    usage_totals: str
+    usage_in_periods: str
+    reap: str
+    purge: str
+    purge_with_paused: str
+    release: str
+    migrate_lock: str
+    create_schema: str
+    create_migrations_table: str
+    applied_versions: str
+    record_migration: str
+    migrations_table_exists: str
+    ping: str
+    register_worker: str
+    remove_worker: str
+    prune_workers: str
+    list_workers: str
+    stats: str
+    health: str
+    reseal_select_template: str
+    reseal_update: str
+    notify: str
+    ids_with_prefix: str
+    # -- flow control: limits, rate windows, pauses ------------------------------------
+    claim_limited: str
+    claim_limited_affinity: str
+    claim_limited_one: str
+    limits_lock: str
+    running_by_component: str
+    rate_windows_get: str
+    rate_windows_bump: str
+    pause_insert: str
+    pause_delete: str
+    pause_list: str
+    session_ahead: str
+    queued_by_component: str
+    # -- the fleet's seal key fingerprint -------------------------------------------------
+    seal_check_get: str
+    seal_check_put: str
+
+    # -- the event log (kept together at the end) --
+    events_reserve_many: str
+    events_insert_many: str
+    events_list: str
+    events_trim: str
+    events_sealed: str
+    events_reseal: str
+
+
+def _migration_sql(s: str, now: str) -> dict[str, str]:
+    """The bookkeeping around the migration scripts (the scripts are package data)."""
+    return {
+        # Taken before CREATE SCHEMA: two replicas creating the same schema at once would
+        # otherwise race on pg_namespace's unique index.
+        "migrate_lock": "SELECT pg_advisory_xact_lock(hashtext('runq:' || $1))",
+        "create_schema": f"CREATE SCHEMA IF NOT EXISTS {s}",
+        "create_migrations_table": f"""
+            CREATE TABLE IF NOT EXISTS {s}.schema_migrations (
+                version integer PRIMARY KEY, name text NOT NULL,
+                applied_at double precision NOT NULL)""",
+        "applied_versions": f"SELECT version FROM {s}.schema_migrations",
+        "record_migration": f"""
+            INSERT INTO {s}.schema_migrations (version, name, applied_at)
+            VALUES ($1, $2, {now})""",
+        "migrations_table_exists": f"SELECT to_regclass('{s}.schema_migrations') IS NOT NULL",
+    }
+
+
+def build(schema: str, offset: float) -> Statements:
+    """Every statement of one schema at one clock offset."""
+    s, now = schema, _clock(offset)
+    claim, claim_affinity, claim_one = _claim_sql(s, now)
+    limited, limited_affinity, limited_one = _limited_claim_sql(s, now)
+    return Statements(
+        now=f"SELECT {now}",
+        ping="SELECT 1",
+        get=f"SELECT * FROM {s}.runs WHERE id = $1",
+        count_runs=f"SELECT count(*) FROM {s}.runs",
+        release=_release_sql(s, now),
+        submit=_submit_sql(s, now),
+        submit_many=_submit_many_sql(s, now),
+        claim=claim,
+        claim_affinity=claim_affinity,
+        claim_one=claim_one,
+        reap=_reap_sql(s, now),
+        notify="SELECT pg_notify($1, $2)",
+        **_lifecycle_sql(s, now),
+        **_worker_sql(s, now),
+        **_usage_sql(s),
+        **_maintenance_sql(s, now),
+        **_migration_sql(s, now),
+        # starts_with is exact under any collation (a range on a non-C collation is not);
+        # an operator's one-off lookup can afford the scan.
+        ids_with_prefix=f"SELECT id FROM {s}.runs WHERE starts_with(id, $1) ORDER BY id LIMIT $2",
+        claim_limited=limited,
+        claim_limited_affinity=limited_affinity,
+        claim_limited_one=limited_one,
+        **_flow_sql(s, now),
+        seal_check_get=f"SELECT key_id FROM {s}.seal_check WHERE id = 1 FOR UPDATE",
+        seal_check_put=(
+            f"INSERT INTO {s}.seal_check (id, key_id, updated_at) VALUES (1, $1, {now})"
+            " ON CONFLICT (id) DO UPDATE SET key_id = excluded.key_id,"
+            " updated_at = excluded.updated_at"
+        ),
+        **_events_sql(s, now),
+    )

@@ -1,0 +1,167 @@
+"""The claim statements (plain and under ``[limits]``) and the release of unstarted claims."""
+
+from __future__ import annotations
+
+from runq.flow import NO_CAP
+from runq.store.postgres.statements.common import _ACTIVE, _component_name, _still_running
+
+
+def _claim_filters(s: str, now: str, first: int) -> str:
+    """The per-row claim rules shared by every claim variant.
+
+    Parameters from ``$first``: serialize (bool), blocked users, blocked configurations,
+    blocked pair users, blocked pair configurations (text[] each; empty = nothing blocked).
+    The session rule probes runs_session_active_idx: a run waits while an older run of its
+    session is not final, or any run of its session is running or paused.
+    """
+    ser, users, confs, pu, pc = (f"${first + i}" for i in range(5))
+    return f"""
+        r.available_at <= {now}
+        AND (NOT {ser}::bool OR r.session_id IS NULL OR NOT EXISTS (
+            SELECT 1 FROM {s}.runs o
+            WHERE o.session_id = r.session_id AND o.status IN ({_ACTIVE})
+              AND (o.id < r.id OR o.status <> 'queued')))
+        AND coalesce(r.user_id, '') <> ALL({users}::text[])
+        AND coalesce(r.configuration, '') <> ALL({confs}::text[])
+        AND NOT EXISTS (
+            SELECT 1 FROM unnest({pu}::text[], {pc}::text[]) AS b(u, c)
+            WHERE b.u = coalesce(r.user_id, '') AND b.c = coalesce(r.configuration, ''))
+        AND NOT EXISTS (
+            SELECT 1 FROM {s}.pauses p
+            WHERE (p.kind = 'deployment' AND p.target = r.deployment_id)
+               OR (p.kind = 'component' AND {_component_name("r")} LIKE p.like_pattern))"""
+
+
+def _claim_update(s: str, now: str, candidates: str) -> str:
+    """Take the lease on the locked candidate ids (CTE ``c``); ``$1`` is the worker id.
+
+    ``id = ANY(ARRAY(...))`` rather than a join: a prepared statement may run a generic
+    plan, which cannot see ``LIMIT $2`` and guesses thousands of candidates; a join would
+    then hash the whole table, while ``= ANY`` always probes the primary key.
+    """
+    return f"""
+        WITH c AS MATERIALIZED ({candidates})
+        UPDATE {s}.runs AS u
+        SET status = 'running', attempt = u.attempt + 1, locked_by = $1,
+            locked_at = {now}, started_at = {now}, updated_at = {now}
+        WHERE u.id = ANY(ARRAY(SELECT id FROM c))
+        RETURNING u.*"""
+
+
+def _claim_sql(s: str, now: str) -> tuple[str, str, str]:
+    """(no deployment, with a deployment, one run by id).
+
+    Each branch walks runs_claim_idx for ONE deployment_id in claim order, so final rows
+    (outside the partial index) and other deployments' rows are never read, and stops after
+    ``slots`` rows it could lock. A worker with a deployment runs two such walks (no
+    deployment, and its own) and keeps the first ``slots`` of at most 2 x ``slots``
+    candidates; the extra rows stay locked only until this statement commits. An
+    ``IN ('', $dep)`` walk would instead read every claimable row of both deployments
+    and sort them (PostgreSQL 15 cannot keep index order across an IN list).
+    """
+    filters = _claim_filters(s, now, 3)
+
+    def branch(columns: str, dep: str) -> str:
+        return (
+            f"SELECT {columns} FROM {s}.runs r "
+            f"WHERE r.status = 'queued' AND r.deployment_id = {dep} AND {filters} "
+            "ORDER BY r.priority, r.available_at, r.id LIMIT $2 FOR UPDATE SKIP LOCKED"
+        )
+
+    ordered = "r.id, r.priority, r.available_at"
+    plain = branch("r.id", "''")
+    merged = f"""
+        SELECT m.id FROM (
+            SELECT * FROM ({branch(ordered, "''")}) AS a
+            UNION ALL
+            SELECT * FROM ({branch(ordered, "$8")}) AS b
+        ) AS m
+        ORDER BY m.priority, m.available_at, m.id LIMIT $2"""
+    one = f"""
+        SELECT r.id FROM {s}.runs r
+        WHERE r.id = $2 AND r.status = 'queued' AND r.deployment_id IN ('', $8) AND {filters}
+        FOR UPDATE SKIP LOCKED"""
+    return (
+        _claim_update(s, now, plain),
+        _claim_update(s, now, merged),
+        _claim_update(s, now, one),
+    )
+
+
+def _limited_claim_sql(s: str, now: str) -> tuple[str, str, str]:
+    """The claim variants used while ``[limits]`` are configured: (no deployment, with a
+    deployment, one run by id).
+
+    Parameters as in ``_claim_sql`` ($8 the deployment, '' when none), then $9 the limit
+    patterns in LIKE form, most specific first, and $10 each pattern's room (runs it may
+    still start); $11 each pattern's ``max_running_per_key`` and, for the keys running now,
+    $12 group, $13 key, $14 running count. A run's group is the first pattern it matches.
+    Runs of a group (or key) with no room are filtered inside the index walk, so they
+    neither fill the LIMIT nor hold up the runs behind them; among the candidates, at most
+    ``room`` per group and per key are taken. Callers hold the limits lock, so the room
+    they computed cannot be spent by another claimer before this statement commits.
+    """
+    filters = _claim_filters(s, now, 3)
+    group = f"""(SELECT p.i FROM unnest($9::text[]) WITH ORDINALITY AS p(pat, i)
+               WHERE {_component_name("r")} LIKE p.pat ORDER BY p.i LIMIT 1)"""
+    key_room = f"""CASE WHEN r.concurrency_key IS NULL OR g.i IS NULL THEN {NO_CAP}
+        ELSE ($11::int[])[g.i] - coalesce((
+            SELECT k.n FROM unnest($12::int[], $13::text[], $14::int[]) AS k(g, key, n)
+            WHERE k.g = g.i AND k.key = r.concurrency_key), 0) END"""
+    has_room = f"coalesce(($10::int[])[g.i], 1) > 0 AND {key_room} > 0"
+    columns = (
+        f"r.id, r.priority, r.available_at, g.i AS grp, r.concurrency_key AS ckey,"
+        f" {key_room} AS kroom"
+    )
+
+    def branch(dep: str) -> str:
+        return (
+            f"SELECT {columns} FROM {s}.runs r CROSS JOIN LATERAL (SELECT {group} AS i) g "
+            f"WHERE r.status = 'queued' AND r.deployment_id = {dep} AND {filters} "
+            f"AND {has_room} "
+            "ORDER BY r.priority, r.available_at, r.id LIMIT $2 FOR UPDATE OF r SKIP LOCKED"
+        )
+
+    def capped(candidates: str) -> str:
+        return f"""
+        SELECT w.id FROM (
+            SELECT m.*,
+                row_number() OVER (
+                    PARTITION BY m.grp ORDER BY m.priority, m.available_at, m.id) AS nth,
+                row_number() OVER (
+                    PARTITION BY m.grp, m.ckey ORDER BY m.priority, m.available_at, m.id) AS knth
+            FROM ({candidates}) AS m
+        ) AS w
+        WHERE (w.grp IS NULL OR w.nth <= ($10::int[])[w.grp])
+          AND (w.ckey IS NULL OR w.knth <= w.kroom)
+        ORDER BY w.priority, w.available_at, w.id LIMIT $2"""
+
+    no_dep, ours = branch("''"), branch("$8")
+    # ``$8`` is named in every variant so the parameters keep one numbering.
+    plain = capped(f"SELECT * FROM ({no_dep}) AS a WHERE $8::text IS NOT NULL")
+    merged = capped(f"SELECT * FROM ({no_dep}) AS a UNION ALL SELECT * FROM ({ours}) AS b")
+    one = capped(
+        f"SELECT {columns} FROM {s}.runs r CROSS JOIN LATERAL (SELECT {group} AS i) g "
+        f"WHERE r.id = $2 AND r.status = 'queued' AND r.deployment_id IN ('', $8) "
+        f"AND {filters} AND {has_room} FOR UPDATE OF r SKIP LOCKED"
+    ).replace("LIMIT $2", "LIMIT 1")
+    return (
+        _claim_update(s, now, plain),
+        _claim_update(s, now, merged),
+        _claim_update(s, now, one),
+    )
+
+
+def _release_sql(s: str, now: str) -> str:
+    """Give claimed runs back (fenced on the lease the claim took): queued again with the
+    attempt restored, the reason recorded in ``error`` when not NULL. $1 worker, $2 ids,
+    $3 attempts, $4 reasons."""
+    return f"""
+        UPDATE {s}.runs AS r SET
+            status = 'queued', attempt = r.attempt - 1,
+            started_at = CASE WHEN r.attempt = 1 THEN NULL ELSE r.started_at END,
+            error = coalesce(v.reason, r.error), updated_at = {now},
+            locked_by = NULL, locked_at = NULL
+        FROM unnest($2::text[], $3::int[], $4::text[]) AS v(id, attempt, reason)
+        WHERE r.id = v.id AND r.attempt = v.attempt AND r.locked_by = $1
+          AND {_still_running("r")}"""

@@ -1,0 +1,44 @@
+"""SQL fragments several PostgreSQL statement groups share."""
+
+from __future__ import annotations
+
+from runq.model import ACTIVE_STATUSES, FINAL_STATUSES
+from runq.store.statements import fenced, status_list
+
+_FINAL = status_list(FINAL_STATUSES)
+
+_ACTIVE = status_list(ACTIVE_STATUSES)  # must imply runs_session_active_idx's predicate
+
+_RUNNING = "'running'"
+
+
+def _still_running(alias: str = "") -> str:
+    """The ``status = 'running'`` part of a fence, written so no index can serve it.
+
+    A fenced write names its row by primary key. Left as a plain comparison, the planner
+    may prefer runs_status_created_idx whenever statistics say few runs are running (right
+    after a bulk load, say) and then walk every running entry, dead versions included,
+    for each write. ``IS TRUE`` is the same test on a NOT NULL column but is no index
+    qual, so the primary key is always the path.
+    """
+    p = f"{alias}." if alias else ""
+    return f"({p}status = 'running') IS TRUE"
+
+
+def _clock(offset: float) -> str:
+    # A float literal keeps the text stable for a given offset (the offset is 0 outside
+    # tests), so the statement stays prepared; repr() round-trips the exact value.
+    return f"(extract(epoch from now())::float8 + ({float(offset)!r})::float8)"
+
+
+def _component_name(alias: str) -> str:
+    return f"({alias}.component_type || '/' || {alias}.component_id)"
+
+
+def _fenced(verb: str, alias: str = "") -> str:
+    """The lease fence of a worker's single-lease write: $1 id, $2 attempt, $3 worker.
+    A write fenced on the exact attempt and holder cannot land on a run that was reaped
+    and claimed again by someone else meanwhile."""
+    fenced(verb)
+    p = f"{alias}." if alias else ""
+    return f"{p}id = $1 AND {p}attempt = $2 AND {p}locked_by = $3 AND {_still_running(alias)}"

@@ -1,0 +1,242 @@
+"""Operator statements: workers, stats, reaping, purging, resealing, job lists."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from runq.model import Status
+from runq.store.postgres.statements.common import _FINAL, _fenced, _still_running
+from runq.store.statements import order_by, reap_exhausted_error, status_list, target_of
+
+if TYPE_CHECKING:  # the package builds Statements from this module's pieces
+    from runq.store.postgres.statements import Statements
+
+
+def _reap_sql(s: str, now: str) -> str:
+    """The reaper's rules as one statement.
+
+    ``cand`` scans stale leases oldest first; ``locked`` locks them with SKIP LOCKED and
+    re-checks staleness on the newest row version (a lease renewed meanwhile, or a run
+    another reaper settled, drops out and counts as skipped); the UPDATE applies the rules
+    in order with CASE. $1 grace seconds, $2 limit, $3/$4 the texts of rules 1 and 2.
+    Rows are addressed with ``id = ANY(ARRAY(...))`` so even a generic plan probes the
+    primary key (see ``_claim_update``); the rule-3 text is an SQL expression over the
+    row's own id, attempt and max_attempts.
+    """
+    stale = f"status = 'running' AND locked_at < {now} - $1::float8"
+    dead = "(u.non_idempotent OR NOT u.has_request OR u.attempt >= u.max_attempts)"
+    return f"""
+        WITH cand AS MATERIALIZED (
+            SELECT id, attempt FROM {s}.runs WHERE {stale}
+            ORDER BY locked_at, id LIMIT $2
+        ),
+        locked AS MATERIALIZED (
+            SELECT r.id FROM {s}.runs r
+            WHERE r.id = ANY(ARRAY(SELECT id FROM cand))
+              AND {_still_running("r")} AND r.locked_at < {now} - $1::float8
+              AND r.attempt = (SELECT c.attempt FROM cand c WHERE c.id = r.id)
+            FOR UPDATE OF r SKIP LOCKED
+        ),
+        upd AS (
+            UPDATE {s}.runs AS u SET
+                status = CASE WHEN {dead} THEN 'failed' ELSE 'queued' END,
+                termination_reason = CASE
+                    WHEN u.non_idempotent OR NOT u.has_request THEN 'not_retryable'
+                    WHEN u.attempt >= u.max_attempts THEN 'retries_exhausted'
+                    ELSE NULL END,
+                error = CASE
+                    WHEN u.non_idempotent THEN $3::text
+                    WHEN NOT u.has_request THEN $4::text
+                    WHEN u.attempt >= u.max_attempts THEN {reap_exhausted_error()}
+                    ELSE u.error END,
+                completed_at = CASE WHEN {dead} THEN {now} ELSE NULL END,
+                available_at = CASE WHEN {dead} THEN u.available_at ELSE {now} END,
+                resume_state = CASE WHEN {dead} THEN NULL ELSE u.resume_state END,
+                decision = CASE WHEN {dead} THEN NULL ELSE u.decision END,
+                locked_by = NULL, locked_at = NULL, updated_at = {now}
+            WHERE u.id = ANY(ARRAY(SELECT id FROM locked))
+            RETURNING u.id, u.status
+        )
+        SELECT (SELECT count(*) FROM cand) AS seen,
+               ARRAY(SELECT id FROM upd WHERE status = 'queued' ORDER BY id) AS requeued,
+               ARRAY(SELECT id FROM upd WHERE status = 'failed' ORDER BY id) AS dead"""
+
+
+def _worker_sql(s: str, now: str) -> dict[str, str]:
+    """Lease-holder verbs: heartbeat, completion, failure, pause, cancel settlement."""
+    retry = "($4::bool AND attempt < max_attempts AND NOT non_idempotent)"
+    return {
+        # The workers row is refreshed in the same round trip (a data-modifying CTE always
+        # runs, referenced or not).
+        "heartbeat": f"""
+            WITH w AS (UPDATE {s}.workers SET last_seen_at = {now} WHERE id = $1)
+            UPDATE {s}.runs AS r SET locked_at = {now}
+            FROM unnest($2::text[], $3::int[]) AS v(id, attempt)
+            WHERE r.id = v.id AND r.attempt = v.attempt AND r.locked_by = $1
+              AND {_still_running("r")}
+            RETURNING r.id, r.attempt, r.cancel_requested""",
+        "complete": f"""
+            UPDATE {s}.runs AS r SET
+                status = {target_of("complete")}, answer = v.answer, termination_reason = v.reason,
+                completed_at = {now}, updated_at = {now}, locked_by = NULL, locked_at = NULL,
+                resume_state = NULL, decision = NULL, non_idempotent = false
+            FROM unnest($2::text[], $3::int[], $4::bytea[], $5::text[])
+                AS v(id, attempt, answer, reason)
+            WHERE r.id = v.id AND r.attempt = v.attempt AND r.locked_by = $1
+              AND {_still_running("r")}
+            RETURNING r.id""",
+        # $4 retryable, $5 retry delay, $6 error. SET sees the old row, so every CASE
+        # judges the run as it was before this failure.
+        "fail": f"""
+            UPDATE {s}.runs SET
+                status = CASE WHEN {retry} THEN 'queued' ELSE 'failed' END,
+                termination_reason = CASE WHEN {retry} THEN NULL
+                    WHEN NOT $4::bool THEN 'not_retryable'
+                    WHEN attempt >= max_attempts THEN 'retries_exhausted'
+                    ELSE 'not_retryable' END,
+                available_at = CASE WHEN {retry}
+                    THEN {now} + $5::float8 ELSE available_at END,
+                completed_at = CASE WHEN {retry} THEN NULL ELSE {now} END,
+                resume_state = CASE WHEN {retry} THEN resume_state ELSE NULL END,
+                decision = CASE WHEN {retry} THEN decision ELSE NULL END,
+                error = $6, locked_by = NULL, locked_at = NULL, updated_at = {now}
+            WHERE {_fenced("fail")}
+            RETURNING status""",
+        "pause": f"""
+            UPDATE {s}.runs SET
+                status = {target_of("pause")}, pause_reason = $4, resume_state = $5,
+                decision = NULL, continued_at = NULL, locked_by = NULL, locked_at = NULL,
+                updated_at = {now}
+            WHERE {_fenced("pause")}
+            RETURNING id""",
+        "settle_cancelled": f"""
+            UPDATE {s}.runs SET
+                status = {target_of("settle_cancelled")}, termination_reason = 'cancelled',
+                completed_at = {now}, resume_state = NULL, decision = NULL,
+                locked_by = NULL, locked_at = NULL, updated_at = {now}
+            WHERE {_fenced("settle_cancelled")}
+            RETURNING id""",
+        "set_non_idempotent": f"""
+            UPDATE {s}.runs SET non_idempotent = $4
+            WHERE {_fenced("set_non_idempotent")}
+            RETURNING id""",
+    }
+
+
+def _maintenance_sql(s: str, now: str) -> dict[str, str]:
+    """Retention, worker registry, operator reads, key rotation."""
+
+    final = f"status IN ({_FINAL}) AND completed_at < {now} - $1::float8"
+    paused = f"status = 'paused' AND updated_at < {now} - $3::float8"
+
+    def purge(where: str) -> str:
+        # Locked in small batches with SKIP LOCKED: a run a worker is touching right now is
+        # simply left for the next batch; FOR UPDATE rechecks the predicate on the newest
+        # version, so a run requeued meanwhile is not deleted.
+        return f"""
+            WITH victims AS MATERIALIZED (
+                SELECT id FROM {s}.runs WHERE {where} LIMIT $2 FOR UPDATE SKIP LOCKED
+            ), d AS (
+                DELETE FROM {s}.runs WHERE id = ANY(ARRAY(SELECT id FROM victims)) RETURNING 1
+            )
+            SELECT count(*) FROM d"""
+
+    oldest = (
+        f"SELECT min(available_at) FROM {s}.runs WHERE status = 'queued' AND available_at <= {now}"
+    )
+    counts = f"SELECT status, count(*) AS n FROM {s}.runs GROUP BY status"
+    return {
+        # $1 final retention, $2 batch size; $3 paused retention (only when it is on).
+        "purge": purge(final),
+        # Each kind walks its own partial index and stops at the batch size (one OR would
+        # make a bitmap of the whole backlog for every batch); the outer predicate is what
+        # FOR UPDATE rechecks on the newest row version.
+        "purge_with_paused": purge(
+            f"id = ANY(ARRAY((SELECT id FROM {s}.runs WHERE {final} LIMIT $2)"
+            f" UNION ALL (SELECT id FROM {s}.runs WHERE {paused} LIMIT $2)))"
+            # IS TRUE: the same test, but no index qual, so the ids are probed by key.
+            f" AND (({final}) OR ({paused})) IS TRUE"
+        ),
+        "register_worker": f"""
+            INSERT INTO {s}.workers (id, hostname, pid, deployment_id, started_at, last_seen_at)
+            VALUES ($1, $2, $3, $4, {now}, {now})
+            ON CONFLICT (id) DO UPDATE SET hostname = excluded.hostname, pid = excluded.pid,
+                deployment_id = excluded.deployment_id, last_seen_at = excluded.last_seen_at""",
+        "remove_worker": f"DELETE FROM {s}.workers WHERE id = $1",
+        "prune_workers": f"""
+            WITH d AS (DELETE FROM {s}.workers WHERE last_seen_at < {now} - $1::float8
+                       RETURNING 1)
+            SELECT count(*) FROM d""",
+        "list_workers": f"""
+            SELECT * FROM {s}.workers WHERE last_seen_at >= {now} - $1::float8
+            ORDER BY started_at, id""",
+        "stats": f"""
+            WITH c AS ({counts})
+            SELECT (SELECT array_agg(status) FROM c) AS statuses,
+                   (SELECT array_agg(n) FROM c) AS ns,
+                   {now} - ({oldest}) AS oldest_age""",
+        "health": f"""
+            WITH c AS ({counts}),
+            d AS (
+                SELECT deployment_id, {now} - min(available_at) AS age FROM {s}.runs
+                WHERE status = 'queued' AND available_at <= {now} GROUP BY deployment_id
+            )
+            SELECT (SELECT array_agg(status) FROM c) AS statuses,
+                   (SELECT array_agg(n) FROM c) AS ns,
+                   {now} - ({oldest}) AS oldest_age,
+                   (SELECT array_agg(deployment_id) FROM d) AS deps,
+                   (SELECT array_agg(age) FROM d) AS ages,
+                   (SELECT count(*) FROM {s}.runs
+                    WHERE status = 'running' AND locked_at < {now} - $1::float8) AS expired,
+                   (SELECT count(*) FROM {s}.workers
+                    WHERE last_seen_at >= {now} - $2::float8) AS live""",
+        # Rows are locked while re-sealed so a completion cannot slip in between the read
+        # and the write and be overwritten with the re-sealed old value. {limit} is filled
+        # with an int by reseal_page: a literal LIMIT lets even a generic plan walk the
+        # primary key in order instead of sorting the table.
+        "reseal_select_template": f"""
+            SELECT id, payload, answer, resume_state, decision FROM {s}.runs
+            WHERE id > $1 ORDER BY id LIMIT {{limit}} FOR NO KEY UPDATE""",
+        "reseal_update": f"""
+            UPDATE {s}.runs AS r SET payload = v.payload, answer = v.answer,
+                resume_state = v.resume_state, decision = v.decision
+            FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::bytea[], $5::bytea[])
+                AS v(id, payload, answer, resume_state, decision)
+            WHERE r.id = v.id""",
+    }
+
+
+def reseal_select(statements: Statements, limit: int) -> str:
+    """The rotation page read with a literal LIMIT (an int, never user text)."""
+    return statements.reseal_select_template.format(limit=max(int(limit), 1))
+
+
+def list_jobs(
+    schema: str,
+    *,
+    statuses: Sequence[Status],
+    by_user: bool,
+    sort_by: str,
+    sort_order: str,
+    limit: int,
+    offset: int,
+) -> tuple[str, str]:
+    """(page, count) of the operator listing; ``$1`` is the user id when ``by_user``.
+
+    Only whitelisted identifiers, enum values and ints are interpolated. The status list is
+    literal so it plans like a custom plan; LIMIT and OFFSET are literals so the (generic)
+    plan knows a page is small and walks an index in sort order instead of sorting every
+    matching row. The id tie-break keeps pages stable when many rows share the sort value.
+    """
+    clauses: list[str] = []
+    if statuses:
+        clauses.append(f"status IN ({status_list(frozenset(Status(x) for x in statuses))})")
+    if by_user:
+        clauses.append("user_id = $1")
+    where = " WHERE " + " AND ".join(clauses) if clauses else ""
+    page = (
+        f"SELECT * FROM {schema}.runs{where} ORDER BY {order_by(sort_by, sort_order)} "
+        f"LIMIT {int(limit)} OFFSET {int(offset)}"
+    )
+    return page, f"SELECT count(*) FROM {schema}.runs{where}"

@@ -1,0 +1,157 @@
+"""Operator statements: workers, stats, reaping, purging, resealing, job lists."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from runq.model import Status
+from runq.seal import SEALED_COLUMNS
+from runq.store.sqlite.statements.common import _FENCE, _FINAL_IN, _LEASE_CLEAR, _fence
+from runq.store.sqlite.statements.lifecycle import _fail
+from runq.store.statements import (
+    order_by,
+    reap_exhausted_error,
+    target_of,
+)
+
+
+def _reap(t: str) -> str:
+    """The reaper's rules as one statement: the rules are CASE arms in their order (inside a
+    non-idempotent section, no saved request, out of attempts), and the WHERE rechecks
+    staleness on the row itself, so a lease renewed meanwhile is left alone."""
+    rule1 = "non_idempotent = 1"
+    rule2 = "has_request = 0"
+    rule3 = "attempt >= max_attempts"
+    dead = f"({rule1} OR {rule2} OR {rule3})"
+    stale = "status = 'running' AND locked_at < :now - :grace"
+    recheck = "+status = 'running' AND +locked_at < :now - :grace"
+    return (
+        f"UPDATE {t} SET"
+        f" status = CASE WHEN {dead} THEN 'failed' ELSE 'queued' END,"
+        f" termination_reason = CASE WHEN {rule1} OR {rule2} THEN 'not_retryable'"
+        f"   WHEN {rule3} THEN 'retries_exhausted' ELSE termination_reason END,"
+        f" error = CASE WHEN {rule1} THEN :err_non_idempotent"
+        f"   WHEN {rule2} THEN :err_no_request"
+        f"   WHEN {rule3} THEN {reap_exhausted_error()} ELSE error END,"
+        f" completed_at = CASE WHEN {dead} THEN :now ELSE completed_at END,"
+        f" available_at = CASE WHEN {dead} THEN available_at ELSE :now END,"
+        f" resume_state = CASE WHEN {dead} THEN NULL ELSE resume_state END,"
+        f" decision = CASE WHEN {dead} THEN NULL ELSE decision END,"
+        " locked_by = NULL, locked_at = NULL, updated_at = :now"
+        f" WHERE {recheck} AND id IN ("
+        f"   SELECT id FROM {t} INDEXED BY {t}_lease_idx WHERE {stale}"
+        "    ORDER BY locked_at, id LIMIT :limit)"
+        " RETURNING id, status"
+    )
+
+
+def _worker(t: str, workers: str) -> dict[str, str]:
+    return {
+        "heartbeat": (
+            f"UPDATE {t} SET locked_at = :now"
+            " FROM (SELECT json_extract(value, '$[0]') AS lid, json_extract(value, '$[1]') AS la"
+            "       FROM json_each(:leases)) AS l"
+            f" WHERE {t}.id = l.lid AND {t}.attempt = l.la"
+            f" AND {t}.locked_by = :worker AND +{t}.status = 'running'"
+            f" RETURNING {t}.id, {t}.attempt, {t}.cancel_requested"
+        ),
+        "touch_worker": f"UPDATE {workers} SET last_seen_at = ? WHERE id = ?",
+        # Undo a claim (fenced on the lease it took): queued again, attempt restored.
+        "release": (
+            f"UPDATE {t} SET status = 'queued', attempt = attempt - 1,"
+            " started_at = CASE WHEN attempt = 1 THEN NULL ELSE started_at END,"
+            f" error = coalesce(:error, error), updated_at = :now, {_LEASE_CLEAR}"
+            f" WHERE {_FENCE}"
+        ),
+        "complete": (
+            f"UPDATE {t} SET status = {target_of('complete')}, answer = :answer,"
+            " termination_reason = :reason, completed_at = :now, updated_at = :now,"
+            f" {_LEASE_CLEAR}, resume_state = NULL, decision = NULL, non_idempotent = 0"
+            f" WHERE {_fence('complete')} RETURNING id"
+        ),
+        "fail": _fail(t),
+        "pause": (
+            f"UPDATE {t} SET status = {target_of('pause')}, pause_reason = :reason,"
+            " resume_state = :state,"
+            # continued_at marks "this pause was answered"; a new pause is unanswered.
+            f" decision = NULL, continued_at = NULL, updated_at = :now, {_LEASE_CLEAR}"
+            f" WHERE {_fence('pause')} RETURNING id"
+        ),
+        "settle_cancelled": (
+            f"UPDATE {t} SET status = {target_of('settle_cancelled')},"
+            " termination_reason = 'cancelled',"
+            f" completed_at = :now, updated_at = :now, {_LEASE_CLEAR},"
+            " resume_state = NULL, decision = NULL"
+            f" WHERE {_fence('settle_cancelled')} RETURNING id"
+        ),
+        "non_idempotent": (
+            f"UPDATE {t} SET non_idempotent = :inside WHERE {_fence('set_non_idempotent')}"
+            " RETURNING id"
+        ),
+    }
+
+
+def _maintenance(t: str, w: str) -> dict[str, str]:
+    final = (
+        f"SELECT id FROM {t} INDEXED BY {t}_final_idx"
+        f" WHERE {_FINAL_IN} AND completed_at < :cutoff LIMIT :batch"
+    )
+    paused = (
+        f"SELECT id FROM {t} INDEXED BY {t}_paused_idx"
+        " WHERE status = 'paused' AND updated_at < :paused_cutoff LIMIT :batch"
+    )
+    return {
+        "purge": f"DELETE FROM {t} WHERE id IN ({final})",
+        # Each kind walks its own partial index; the batch limit covers both.
+        "purge_with_paused": (
+            f"DELETE FROM {t} WHERE id IN (SELECT id FROM"
+            f" (SELECT * FROM ({final}) UNION ALL SELECT * FROM ({paused})) LIMIT :batch)"
+        ),
+        "register_worker": (
+            f"INSERT INTO {w} (id, hostname, pid, deployment_id, started_at, last_seen_at)"
+            " VALUES (:id, :hostname, :pid, :deployment_id, :now, :now)"
+            " ON CONFLICT (id) DO UPDATE SET hostname = excluded.hostname, pid = excluded.pid,"
+            " deployment_id = excluded.deployment_id, last_seen_at = excluded.last_seen_at"
+        ),
+        "remove_worker": f"DELETE FROM {w} WHERE id = ?",
+        "prune_workers": f"DELETE FROM {w} WHERE last_seen_at < ?",
+        "list_workers": f"SELECT * FROM {w} WHERE last_seen_at >= ? ORDER BY started_at, id",
+        "live_workers": f"SELECT count(*) FROM {w} WHERE last_seen_at >= ?",
+        "counts": f"SELECT status, count(*) FROM {t} GROUP BY status",
+        # Oldest claimable-since time per deployment; a delayed run is not waiting yet.
+        "oldest_queued": (
+            f"SELECT deployment_id, min(available_at) FROM {t}"
+            f" INDEXED BY {t}_claim_idx"  # covering: no table lookups
+            " WHERE status = 'queued' AND available_at <= ? GROUP BY deployment_id"
+        ),
+        "expired_leases": (
+            f"SELECT count(*) FROM {t} INDEXED BY {t}_lease_idx"
+            " WHERE status = 'running' AND locked_at < ?"
+        ),
+        "reseal_select": (
+            f"SELECT id, {', '.join(SEALED_COLUMNS)} FROM {t} WHERE id > ? ORDER BY id LIMIT ?"
+        ),
+    }
+
+
+def _reseal_updates(t: str) -> dict[str, str]:
+    # Compare-and-set on the old value: a column rewritten meanwhile (an answer stored by a
+    # completion) is already under the new key and is left alone.
+    return {c: f"UPDATE {t} SET {c} = ? WHERE id = ? AND {c} = ?" for c in SEALED_COLUMNS}
+
+
+def list_jobs(
+    schema: str, *, statuses: Sequence[Status], by_user: bool, sort_by: str, sort_order: str
+) -> tuple[str, str]:
+    """(page, count) of the operator listing. Parameters: one per status, then the user id
+    when ``by_user``; the page adds LIMIT and OFFSET. Only whitelisted identifiers are
+    interpolated."""
+    filters: list[str] = []
+    if statuses:
+        filters.append(f"status IN ({', '.join('?' for _ in statuses)})")
+    if by_user:
+        filters.append("user_id = ?")
+    where = f" WHERE {' AND '.join(filters)}" if filters else ""
+    t = f"{schema}_runs"
+    page = f"SELECT * FROM {t}{where} ORDER BY {order_by(sort_by, sort_order)} LIMIT ? OFFSET ?"
+    return page, f"SELECT count(*) FROM {t}{where}"
