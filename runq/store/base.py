@@ -348,3 +348,16 @@ class Store(Protocol):
         """Cut a settled run's stored events down to ``[privacy] level``: ``full`` keeps them,
         ``redacted`` keeps redacted data, ``metadata`` drops handler data, ``none`` drops
         every detail (kind, seq and time stay)."""
+
+    # -- console: the operator console's grouped reads ---------------------------------
+
+    async def finished_per_minute(
+        self, *, window_seconds: float
+    ) -> tuple[float, list[tuple[float, str, int]]]:
+        """The database clock, and the final runs whose ``completed_at`` lies within the last
+        ``window_seconds``, counted per (minute start, status): one grouped read over the
+        final runs' ``completed_at`` index, never a scan of the run table."""
+
+    async def running_by_worker(self) -> dict[str, int]:
+        """Running runs per lease holder (worker id): one grouped read over the running
+        runs' lease index."""

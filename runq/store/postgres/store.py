@@ -11,6 +11,7 @@ import asyncpg
 
 from runq.store.migration_files import load_migrations
 from runq.store.postgres.base import PostgresBase
+from runq.store.postgres.console import PostgresConsole
 from runq.store.postgres.events import PostgresEvents
 from runq.store.postgres.flow import PostgresFlow
 from runq.store.postgres.lifecycle import PostgresLifecycle
@@ -28,6 +29,7 @@ class PostgresStore(
     PostgresSchedules,
     PostgresEvents,
     PostgresOperations,
+    PostgresConsole,
     PostgresBase,
 ):
     """The ``Store`` protocol on PostgreSQL, one schema per installation.

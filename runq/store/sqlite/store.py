@@ -13,6 +13,7 @@ import sqlite3
 
 from runq.store.migration_files import Migration, load_migrations, split_sql
 from runq.store.sqlite.base import SqliteBase
+from runq.store.sqlite.console import SqliteConsole
 from runq.store.sqlite.events import SqliteEvents
 from runq.store.sqlite.flow import SqliteFlow
 from runq.store.sqlite.lifecycle import SqliteLifecycle
@@ -30,6 +31,7 @@ class SqliteStore(
     SqliteSchedules,
     SqliteEvents,
     SqliteOperations,
+    SqliteConsole,
     SqliteBase,
 ):
     """``Store`` on one SQLite file. ``schema`` is a table prefix (``{schema}_runs``)."""
