@@ -60,7 +60,7 @@ def _resume_point(after: int | None, last_event_id: str | None) -> int:
     return after or 0
 
 
-def _for_viewer(event: RunEvent, content: bool) -> RunEvent:
+def for_viewer(event: RunEvent, content: bool) -> RunEvent:
     """Handler data only for callers who may read the run's content."""
     if content or event.data is None or event.kind in RESERVED_KINDS:
         return event
@@ -83,7 +83,7 @@ async def _stream(
         if event is None:
             yield ServerSentEventMessage(comment="keep-alive", data=None, sep="\n")
         else:
-            yield _frame(_for_viewer(event, content))
+            yield _frame(for_viewer(event, content))
 
 
 def _wants_json(accept: str | None, stream: bool | None) -> bool:
@@ -118,7 +118,7 @@ async def run_events(
     content = identity.can_read_content(run)
     if _wants_json(accept, stream):
         stored = await services.queue.store.list_events(run.id, after=start, limit=limit)
-        events = [_for_viewer(e, content) for e in stored]
+        events = [for_viewer(e, content) for e in stored]
         return Response(
             EventsPage(
                 events=events,

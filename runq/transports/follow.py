@@ -60,6 +60,7 @@ class EventFeed:
     def __init__(self) -> None:
         self._waiting: dict[str, _Waiters] = {}
         self._listening: Callable[[], bool] = lambda: False
+        self._watchers: list[Callable[[str], None]] = []
 
     def attach_listener(self, is_connected: Callable[[], bool]) -> None:
         """A listener of this store's channel lives in this process; polls may slow down."""
@@ -69,7 +70,14 @@ class EventFeed:
     def poll_seconds(self) -> float:
         return LISTENING_POLL_SECONDS if self._listening() else FAST_POLL_SECONDS
 
+    def watch_all(self, callback: Callable[[str], None]) -> None:
+        """Also call ``callback(run_id)`` for every run a notification names, waiters or
+        not (the console's live runs table: any run may be on a page)."""
+        self._watchers.append(callback)
+
     def notify(self, run_id: str) -> None:
+        for watcher in self._watchers:
+            watcher(run_id)
         waiters = self._waiting.pop(run_id, None)
         if waiters is not None:
             waiters.event.set()

@@ -5,12 +5,10 @@ script (``static/console.js``) opens one ``EventSource`` on it and applies each 
 elements that carry a matching ``data-live-*`` attribute. One stream per page, not one
 poll per number, keeps a wall of open tabs from becoming a request storm.
 
-Today the overview's stream sends the exporter's cached numbers (see ``overview``) every
-``STATS_INTERVAL_SECONDS``. The runs table and the run page's event timeline are the seam
-for the per-run event stream: when the store can notify "run X changed" (LISTEN on
-PostgreSQL, the local hub on SQLite), a feed here turns those notifications into ``row``
-and ``event`` messages on the same kind of stream, and the templates already mark the rows
-(``data-run-id``) and the timeline (``#timeline``) that such messages update.
+The overview's stream sends the exporter's cached numbers (see ``overview``) every
+``STATS_INTERVAL_SECONDS``, and the chart (``chart``, cached the same way) whenever its
+drawing changed, as a ``fragment`` event that replaces the element of the same id. The
+runs table and the run page's timeline have streams of their own (``live_runs``).
 """
 
 from __future__ import annotations
@@ -35,14 +33,24 @@ RECONNECT_MILLISECONDS = 3000
 async def stats_stream(
     read: Callable[[], Awaitable[Overview]],
     *,
+    fragments: Callable[[], Awaitable[dict[str, str]]] | None = None,
     interval: float = STATS_INTERVAL_SECONDS,
     lifetime: float = STREAM_LIFETIME_SECONDS,
 ) -> AsyncIterator[ServerSentEventMessage]:
-    """``stats`` events with every overview number, until ``lifetime`` has passed."""
+    """``stats`` events with every overview number, and ``fragment`` events (element id →
+    its new HTML) for the parts of the page ``fragments`` draws, sent only when they changed
+    since the stream began, until ``lifetime`` has passed."""
     # A deadline rather than a cancel scope: a scope must not stay open across a yield.
     deadline = time.monotonic() + lifetime
     yield ServerSentEventMessage(comment="runq console", retry=RECONNECT_MILLISECONDS)
+    shown: dict[str, str] | None = None
     while time.monotonic() < deadline:
         overview = await read()
         yield ServerSentEventMessage(event="stats", data=json.dumps(overview.as_live_data()))
+        if fragments is not None:
+            drawn = await fragments()
+            changed = {k: v for k, v in drawn.items() if shown is not None and shown.get(k) != v}
+            if changed:
+                yield ServerSentEventMessage(event="fragment", data=json.dumps(changed))
+            shown = drawn
         await anyio.sleep(min(interval, max(deadline - time.monotonic(), 0)))

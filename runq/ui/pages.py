@@ -22,10 +22,14 @@ from runq.api import ApiServices
 from runq.api.auth import Forbidden, Identity
 from runq.api.guards import require_worker, services_of
 from runq.api.routes_bulk import MAX_BULK_IDS, cancel_each, requeue_each
+from runq.api.routes_events import for_viewer
 from runq.api.schemas import is_plausible_id
 from runq.errors import BadRequest, NotFound, RunqError
-from runq.model import Run, Status
+from runq.maintenance.scheduler import schedule_views, set_schedule_paused
+from runq.model import FINAL_EVENT_KINDS, FINAL_STATUSES, Page, Run, RunEvent, Status
+from runq.ui.chart import MINUTES, ThroughputCache
 from runq.ui.errors import handle_ui_exception, status_of
+from runq.ui.limits import limits_use
 from runq.ui.listing import (
     COLUMNS,
     PAGE_SIZES,
@@ -35,8 +39,9 @@ from runq.ui.listing import (
     parse_query,
 )
 from runq.ui.live import stats_stream
+from runq.ui.live_runs import ConsoleState, page_version, rows_stream, timeline_stream
 from runq.ui.overview import Overview, overview_from_metrics
-from runq.ui.render import render
+from runq.ui.render import fragment, partial, render
 from runq.ui.session import (
     check_csrf,
     check_signin_csrf,
@@ -59,12 +64,22 @@ FLASH_MESSAGES: dict[str, str] = {
     "cancel_requested": "Cancel recorded: the run stops at its next checkpoint or heartbeat.",
     "continued": "The run was continued with your decision.",
     "signed_out": "You are signed out.",
+    "schedule_paused": "The schedule is paused on every replica.",
+    "schedule_resumed": "The schedule is resumed; it fires again from its next slot.",
+    "pause_removed": "The pause is removed; its runs may be claimed again.",
 }
 #: A run page lists this many live statuses as "can be cancelled".
 CANCELLABLE = frozenset({Status.QUEUED, Status.PAUSED, Status.RUNNING})
 REQUEUEABLE = frozenset({Status.FAILED, Status.CANCELLED})
 #: Longest decision the editor accepts, in characters (the body limit applies as well).
 MAX_DECISION_CHARS = 256 * 1024
+#: A run page shows at most this many stored events (a stream is for progress, and a run
+#: with more has its full log at ``GET /runs/{id}/events``).
+MAX_TIMELINE_EVENTS = 1000
+#: Where the console keeps its per-app state (caches, the change hint) in ``app.state``.
+CONSOLE_STATE_KEY = "runq_console"
+#: Longest schedule name or pause id a console URL may carry (never sent to the database).
+MAX_NAME_CHARS = 200
 
 
 async def _form(request: AnyRequest) -> FormMultiDict:
@@ -84,6 +99,24 @@ def _safe_next(target: str | None) -> str:
 
 async def read_overview(services: ApiServices) -> Overview:
     return overview_from_metrics((await services.render_metrics()).decode())
+
+
+def console_state(request: AnyRequest) -> ConsoleState:
+    """Made on first use, then shared by every request and stream of the app."""
+    state = request.app.state
+    found = state.get(CONSOLE_STATE_KEY)
+    if isinstance(found, ConsoleState):
+        return found
+    services = services_of(request)
+    store = services.queue.store
+
+    async def read_throughput() -> tuple[float, list[tuple[float, str, int]]]:
+        return await store.finished_per_minute(window_seconds=MINUTES * 60.0)
+
+    made = ConsoleState(throughput=ThroughputCache(read_throughput))
+    made.attach(store, services.queue.local)
+    state[CONSOLE_STATE_KEY] = made
+    return made
 
 
 # -- sign in / out ----------------------------------------------------------------------------
@@ -169,11 +202,8 @@ async def my_runs(request: AnyRequest) -> Response[Any]:
     return await _render_runs(request, query, user_id=user_id, base="/ui/runs", admin_view=False)
 
 
-async def _render_runs(
-    request: AnyRequest, query: RunQuery, *, user_id: str | None, base: str, admin_view: bool
-) -> HTML:
-    services = services_of(request)
-    page = await services.queue.list_jobs(
+async def _read_runs(request: AnyRequest, query: RunQuery, user_id: str | None) -> Page:
+    return await services_of(request).queue.list_jobs(
         statuses=query.statuses,
         page=query.page,
         limit=query.limit,
@@ -181,6 +211,17 @@ async def _render_runs(
         sort_order=query.sort_order,
         user_id=user_id,
     )
+
+
+def _live_rows_url(base: str, query: RunQuery, page: Page) -> str:
+    qs = query.params()
+    return f"{base}/live?{qs + '&' if qs else ''}{urlencode({'v': page_version(page)})}"
+
+
+async def _render_runs(
+    request: AnyRequest, query: RunQuery, *, user_id: str | None, base: str, admin_view: bool
+) -> HTML:
+    page = await _read_runs(request, query, user_id)
     return render(
         request,
         "runs.html",
@@ -197,7 +238,39 @@ async def _render_runs(
         pending_filters=PENDING_FILTERS,
         max_bulk=MAX_BULK_IDS,
         flash=_flash(request),
+        live_rows=_live_rows_url(base, query, page),
     )
+
+
+def _runs_live(
+    request: AnyRequest, query: RunQuery, user_id: str | None, admin_view: bool
+) -> ServerSentEvent:
+    """The table's stream: its query's rows, through the shared cache, when they change."""
+    state = console_state(request)
+    key = (query.params(), user_id)
+
+    async def read() -> Page:
+        return await state.listings.get(key, lambda: _read_runs(request, query, user_id))
+
+    def draw(page: Page) -> dict[str, str]:
+        return {
+            "rows": fragment("_run_rows.html", "rows", page, admin_view, COLUMNS),
+            "count": fragment("_run_rows.html", "count", page, query),
+        }
+
+    shown = request.query_params.get("v") or ""
+    return ServerSentEvent(
+        rows_stream(read, draw, state.hint, shown=shown[:64]),
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+@get("/runs/live", guards=[ui_authenticate])
+async def my_runs_live(request: AnyRequest) -> ServerSentEvent:
+    _, query, user_id = _runs_page(request, admin_view=False)
+    if user_id is None:
+        raise Forbidden("this identity has no user id, so it owns no runs")
+    return _runs_live(request, query, user_id, admin_view=False)
 
 
 # -- one run -----------------------------------------------------------------------------------
@@ -226,7 +299,25 @@ async def _visible_run(request: AnyRequest, run_id: str) -> Run:
     return run
 
 
-def _run_page(
+async def _timeline(request: AnyRequest, run: Run) -> tuple[list[RunEvent], bool, str | None]:
+    """The stored events as the viewer may see them, whether some were left out, and the
+    live stream's URL (None once the log holds the final event: nothing will follow)."""
+    content = identity_of(request).can_read_content(run)
+    stored = await services_of(request).queue.store.list_events(
+        run.id, after=0, limit=MAX_TIMELINE_EVENTS + 1
+    )
+    truncated = len(stored) > MAX_TIMELINE_EVENTS
+    events = [for_viewer(e, content) for e in stored[:MAX_TIMELINE_EVENTS]]
+    ended = any(e.kind in FINAL_EVENT_KINDS for e in events) or (
+        run.status in FINAL_STATUSES and not events
+    )
+    if ended or truncated:
+        return events, truncated, None
+    after = events[-1].seq if events else 0
+    return events, truncated, f"/ui/runs/{run.id}/events?{urlencode({'after': after})}"
+
+
+async def _run_page(
     request: AnyRequest,
     run: Run,
     *,
@@ -235,6 +326,7 @@ def _run_page(
     decision_text: str = "",
 ) -> HTML:
     identity = identity_of(request)
+    events, truncated, live_events = await _timeline(request, run)
     return render(
         request,
         "run.html",
@@ -247,12 +339,41 @@ def _run_page(
         problem=problem,
         decision_text=decision_text,
         flash=_flash(request),
+        events=events,
+        timeline_truncated=truncated,
+        live_events=live_events,
     )
 
 
 @get("/runs/{run_id:str}", guards=[ui_authenticate])
 async def run_page(request: AnyRequest, run_id: str) -> HTML:
-    return _run_page(request, await _visible_run(request, run_id))
+    return await _run_page(request, await _visible_run(request, run_id))
+
+
+def _resume_after(request: AnyRequest) -> int:
+    """``Last-Event-ID`` (a reconnecting browser) wins over ``?after``."""
+    text = (
+        request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+    ).strip()
+    if not text.isdigit() or len(text) > 18:
+        raise BadRequest("after must be the seq of an event (a whole number)")
+    return int(text)
+
+
+@get("/runs/{run_id:str}/events", guards=[ui_authenticate])
+async def run_events_live(request: AnyRequest, run_id: str) -> ServerSentEvent:
+    """The run page's timeline stream: ``GET /runs/{id}/events`` for the session cookie."""
+    run = await _visible_run(request, run_id)
+    content = identity_of(request).can_read_content(run)
+    return ServerSentEvent(
+        timeline_stream(
+            services_of(request).queue.store,
+            run,
+            after=_resume_after(request),
+            viewer=lambda event: for_viewer(event, content),
+        ),
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
 
 
 def _back_to_run(run_id: str, done: str) -> Redirect:
@@ -262,7 +383,7 @@ def _back_to_run(run_id: str, done: str) -> Redirect:
 async def _refused(request: AnyRequest, run_id: str, error: RunqError, decision: str = "") -> HTML:
     """The run page again, saying why the action was refused, with the API's status code."""
     run = await _visible_run(request, run_id)
-    return _run_page(
+    return await _run_page(
         request, run, status_code=status_of(error), problem=str(error), decision_text=decision
     )
 
@@ -326,6 +447,7 @@ async def overview_page(request: AnyRequest) -> HTML:
         identity=identity_of(request),
         title="Overview",
         overview=overview,
+        throughput=await console_state(request).throughput.get(),
         statuses=[s.value for s in Status],
         live="/ui/queue/live",
     )
@@ -334,8 +456,13 @@ async def overview_page(request: AnyRequest) -> HTML:
 @get("/live")
 async def overview_live(request: AnyRequest) -> ServerSentEvent:
     services = services_of(request)
+    throughput = console_state(request).throughput
+
+    async def chart() -> dict[str, str]:
+        return {"throughput": partial("_chart.html", throughput=await throughput.get())}
+
     return ServerSentEvent(
-        stats_stream(lambda: read_overview(services)),
+        stats_stream(lambda: read_overview(services), fragments=chart),
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
 
@@ -346,6 +473,12 @@ async def all_runs(request: AnyRequest) -> HTML:
     return await _render_runs(
         request, query, user_id=user_id, base="/ui/queue/jobs", admin_view=True
     )
+
+
+@get("/jobs/live")
+async def all_runs_live(request: AnyRequest) -> ServerSentEvent:
+    _, query, user_id = _runs_page(request, admin_view=True)
+    return _runs_live(request, query, user_id, admin_view=True)
 
 
 @post("/jobs/{run_id:str}/requeue", status_code=303)
@@ -409,17 +542,90 @@ async def workers_page(request: AnyRequest) -> HTML:
     live_within = queue_config.live_worker_seconds
     # Workers not seen for a day are pruned anyway; show the missing ones up to then.
     workers = await store.list_workers(max_age_seconds=86400.0)
+    running = await store.running_by_worker()
     now = await store.now()
+    listed = {w.id for w in workers}
     return render(
         request,
         "workers.html",
         identity=identity_of(request),
         title="Workers",
         workers=workers,
+        running=running,
+        orphaned=sum(n for worker, n in running.items() if worker not in listed),
         now=now,
         live_within=live_within,
         heartbeat_interval=queue_config.heartbeat_interval,
     )
+
+
+# -- schedules, limits and pauses (admin) --------------------------------------------------
+
+
+@get("/")
+async def schedules_page(request: AnyRequest) -> HTML:
+    services = services_of(request)
+    return render(
+        request,
+        "schedules.html",
+        identity=identity_of(request),
+        title="Schedules",
+        schedules=await schedule_views(services.queue.store, services.config),
+        flash=_flash(request),
+    )
+
+
+async def _set_schedule(request: AnyRequest, name: str, *, paused: bool) -> Redirect:
+    check_csrf(request, (await _form(request)).get("csrf"))
+    if len(name) > MAX_NAME_CHARS:
+        raise NotFound("no such schedule")
+    services = services_of(request)
+    await set_schedule_paused(services.queue.store, services.config, name, paused=paused)
+    done = "schedule_paused" if paused else "schedule_resumed"
+    return Redirect(f"/ui/queue/schedules?{urlencode({'done': done})}", status_code=303)
+
+
+@post("/{name:str}/pause", status_code=303)
+async def pause_schedule_action(request: AnyRequest, name: str) -> Redirect:
+    return await _set_schedule(request, name, paused=True)
+
+
+@post("/{name:str}/resume", status_code=303)
+async def resume_schedule_action(request: AnyRequest, name: str) -> Redirect:
+    return await _set_schedule(request, name, paused=False)
+
+
+@get("/limits")
+async def limits_page(request: AnyRequest) -> HTML:
+    store = services_of(request).queue.store
+    pauses = await store.list_pauses()
+    state = await store.flow_state()
+    groups, pause_uses = limits_use(store.flow, state, pauses, await store.queued_by_component())
+    return render(
+        request,
+        "limits.html",
+        identity=identity_of(request),
+        title="Limits and pauses",
+        groups=groups,
+        pauses=pause_uses,
+        flash=_flash(request),
+    )
+
+
+@post("/pauses/{pause_id:str}/remove", status_code=303)
+async def remove_pause_action(request: AnyRequest, pause_id: str) -> Redirect:
+    """As ``DELETE /queue/pauses/{id}``: the paused runs may be claimed at once."""
+    check_csrf(request, (await _form(request)).get("csrf"))
+    services = services_of(request)
+    removed = (
+        None
+        if len(pause_id) > MAX_NAME_CHARS
+        else await services.queue.store.remove_pause(pause_id)
+    )
+    if removed is None:
+        raise NotFound("no such pause (already removed?)")
+    services.wake()
+    return Redirect("/ui/queue/limits?done=pause_removed", status_code=303)
 
 
 def ui_router() -> Router:
@@ -430,11 +636,21 @@ def ui_router() -> Router:
             overview_page,
             overview_live,
             all_runs,
+            all_runs_live,
             requeue_action,
             bulk_action,
             workers_page,
+            limits_page,
+            remove_pause_action,
         ],
         guards=[ui_authenticate, ui_require_admin, require_worker],
+    )
+    # As ``/queue/schedules``: schedules live in the database, so a replica without a
+    # worker shows and changes them too.
+    schedule_pages = Router(
+        path="/queue/schedules",
+        route_handlers=[schedules_page, pause_schedule_action, resume_schedule_action],
+        guards=[ui_authenticate, ui_require_admin],
     )
     return Router(
         path="/ui",
@@ -444,10 +660,13 @@ def ui_router() -> Router:
             signout,
             home,
             my_runs,
+            my_runs_live,
             run_page,
+            run_events_live,
             cancel_action,
             continue_action,
             queue_pages,
+            schedule_pages,
         ],
         include_in_schema=False,
         exception_handlers={Exception: handle_ui_exception},

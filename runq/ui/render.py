@@ -16,11 +16,12 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from litestar import Response
 from litestar.connection import ASGIConnection
 
+from runq.ui import chart
 from runq.ui.session import csrf_token
 
 STATIC_PATH = "/ui/static"
 #: Bumped with the stylesheet or script, so browsers never keep a stale copy.
-ASSET_VERSION = "1"
+ASSET_VERSION = "2"
 
 
 def iso_time(value: float | None) -> str:
@@ -56,6 +57,15 @@ def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
 
 
+def compact_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def clock(value: float) -> str:
+    """``16:04``: a minute on a chart axis (always UTC)."""
+    return dt.datetime.fromtimestamp(value, dt.UTC).strftime("%H:%M")
+
+
 @cache
 def environment() -> Environment:
     env = Environment(
@@ -66,10 +76,26 @@ def environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters.update(
-        iso_time=iso_time, short_time=short_time, duration=duration, pretty_json=pretty_json
+        iso_time=iso_time,
+        short_time=short_time,
+        duration=duration,
+        pretty_json=pretty_json,
+        compact_json=compact_json,
+        clock=clock,
     )
-    env.globals.update(static=STATIC_PATH, asset_version=ASSET_VERSION)
+    env.globals.update(static=STATIC_PATH, asset_version=ASSET_VERSION, chart=chart)
     return env
+
+
+def partial(template: str, **context: Any) -> str:
+    """A partial template (no page around it), rendered alone for a live stream."""
+    return environment().get_template(template).render(**context)
+
+
+def fragment(template: str, macro: str, *args: Any) -> str:
+    """One macro of a template, rendered alone (what a live stream sends)."""
+    rendered: str = getattr(environment().get_template(template).module, macro)(*args)
+    return str(rendered)
 
 
 def render(
