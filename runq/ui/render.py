@@ -58,7 +58,8 @@ def pretty_json(value: Any) -> str:
 
 
 def compact_json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    """One line, spelled as the page script spells a live event's data (``JSON.stringify``)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 def clock(value: float) -> str:

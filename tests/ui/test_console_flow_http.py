@@ -4,7 +4,6 @@ need the admin scope, and a run's timeline stream has the API's visibility."""
 
 from __future__ import annotations
 
-import httpx
 import pytest
 from serve_harness import (  # fixtures are used by name
     RunqServer,
@@ -83,17 +82,6 @@ async def test_schedule_and_pause_forms_need_the_csrf_token(
         assert gone.status_code == 404
 
 
-async def _cookie_client(server: RunqServer, token: str) -> httpx.AsyncClient:
-    client = httpx.AsyncClient(base_url=server.url, timeout=10.0, follow_redirects=False)
-    form = await client.get("/ui/signin")
-    signin = hidden_field(form.text, "signin_token")
-    response = await client.post(
-        "/ui/signin", data={"signin_token": signin, "credential": token, "next": "/ui"}
-    )
-    assert response.status_code == 303, response.text
-    return client
-
-
 async def test_operator_pages_need_the_admin_scope_and_timelines_follow_visibility(
     serve_factory: ServeFactory, runq_engine: str
 ) -> None:
@@ -101,11 +89,11 @@ async def test_operator_pages_need_the_admin_scope_and_timelines_follow_visibili
     alice, bob = mint("alice"), mint("bob")
     hers = await submit(server, "task/echo", {"x": 1}, credential=alice)
     await wait_status(server, hers, "completed", credential=alice)
-    async with await _cookie_client(server, bob) as client:
+    async with signed_in(server, bob) as client:
         for path in ("/ui/queue/schedules", "/ui/queue/limits", "/ui/queue/jobs/live"):
             assert (await client.get(path)).status_code == 403, path
         assert (await client.get(f"/ui/runs/{hers}/events")).status_code == 404
-    async with await _cookie_client(server, alice) as client:
+    async with signed_in(server, alice) as client:
         # Her own run's log, ended: the stream replays it up to the final event and closes.
         async with client.stream("GET", f"/ui/runs/{hers}/events") as stream:
             assert stream.status_code == 200
