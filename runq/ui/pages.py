@@ -25,11 +25,16 @@ from runq.api.routes_bulk import MAX_BULK_IDS, cancel_each, requeue_each
 from runq.api.routes_events import for_viewer
 from runq.api.schemas import is_plausible_id
 from runq.errors import BadRequest, NotFound, RunqError
-from runq.maintenance.scheduler import schedule_views, set_schedule_paused
 from runq.model import FINAL_EVENT_KINDS, FINAL_STATUSES, Page, Run, RunEvent, Status
 from runq.ui.chart import MINUTES, ThroughputCache
 from runq.ui.errors import handle_ui_exception, status_of
-from runq.ui.limits import limits_use
+from runq.ui.flow_pages import (
+    limits_page,
+    pause_schedule_action,
+    remove_pause_action,
+    resume_schedule_action,
+    schedules_page,
+)
 from runq.ui.listing import (
     COLUMNS,
     PAGE_SIZES,
@@ -64,9 +69,6 @@ FLASH_MESSAGES: dict[str, str] = {
     "cancel_requested": "Cancel recorded: the run stops at its next checkpoint or heartbeat.",
     "continued": "The run was continued with your decision.",
     "signed_out": "You are signed out.",
-    "schedule_paused": "The schedule is paused on every replica.",
-    "schedule_resumed": "The schedule is resumed; it fires again from its next slot.",
-    "pause_removed": "The pause is removed; its runs may be claimed again.",
 }
 #: A run page lists this many live statuses as "can be cancelled".
 CANCELLABLE = frozenset({Status.QUEUED, Status.PAUSED, Status.RUNNING})
@@ -78,8 +80,6 @@ MAX_DECISION_CHARS = 256 * 1024
 MAX_TIMELINE_EVENTS = 1000
 #: Where the console keeps its per-app state (caches, the change hint) in ``app.state``.
 CONSOLE_STATE_KEY = "runq_console"
-#: Longest schedule name or pause id a console URL may carry (never sent to the database).
-MAX_NAME_CHARS = 200
 
 
 async def _form(request: AnyRequest) -> FormMultiDict:
@@ -557,75 +557,6 @@ async def workers_page(request: AnyRequest) -> HTML:
         live_within=live_within,
         heartbeat_interval=queue_config.heartbeat_interval,
     )
-
-
-# -- schedules, limits and pauses (admin) --------------------------------------------------
-
-
-@get("/")
-async def schedules_page(request: AnyRequest) -> HTML:
-    services = services_of(request)
-    return render(
-        request,
-        "schedules.html",
-        identity=identity_of(request),
-        title="Schedules",
-        schedules=await schedule_views(services.queue.store, services.config),
-        flash=_flash(request),
-    )
-
-
-async def _set_schedule(request: AnyRequest, name: str, *, paused: bool) -> Redirect:
-    check_csrf(request, (await _form(request)).get("csrf"))
-    if len(name) > MAX_NAME_CHARS:
-        raise NotFound("no such schedule")
-    services = services_of(request)
-    await set_schedule_paused(services.queue.store, services.config, name, paused=paused)
-    done = "schedule_paused" if paused else "schedule_resumed"
-    return Redirect(f"/ui/queue/schedules?{urlencode({'done': done})}", status_code=303)
-
-
-@post("/{name:str}/pause", status_code=303)
-async def pause_schedule_action(request: AnyRequest, name: str) -> Redirect:
-    return await _set_schedule(request, name, paused=True)
-
-
-@post("/{name:str}/resume", status_code=303)
-async def resume_schedule_action(request: AnyRequest, name: str) -> Redirect:
-    return await _set_schedule(request, name, paused=False)
-
-
-@get("/limits")
-async def limits_page(request: AnyRequest) -> HTML:
-    store = services_of(request).queue.store
-    pauses = await store.list_pauses()
-    state = await store.flow_state()
-    groups, pause_uses = limits_use(store.flow, state, pauses, await store.queued_by_component())
-    return render(
-        request,
-        "limits.html",
-        identity=identity_of(request),
-        title="Limits and pauses",
-        groups=groups,
-        pauses=pause_uses,
-        flash=_flash(request),
-    )
-
-
-@post("/pauses/{pause_id:str}/remove", status_code=303)
-async def remove_pause_action(request: AnyRequest, pause_id: str) -> Redirect:
-    """As ``DELETE /queue/pauses/{id}``: the paused runs may be claimed at once."""
-    check_csrf(request, (await _form(request)).get("csrf"))
-    services = services_of(request)
-    removed = (
-        None
-        if len(pause_id) > MAX_NAME_CHARS
-        else await services.queue.store.remove_pause(pause_id)
-    )
-    if removed is None:
-        raise NotFound("no such pause (already removed?)")
-    services.wake()
-    return Redirect("/ui/queue/limits?done=pause_removed", status_code=303)
 
 
 def ui_router() -> Router:
