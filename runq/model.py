@@ -124,6 +124,8 @@ class NewRun(msgspec.Struct, kw_only=True):
     unique: UniqueSpec | None = None
     #: Runs sharing a key count together against ``[limits] max_running_per_key``.
     concurrency_key: str | None = None
+    #: This run's handler deadline in seconds, instead of ``[queue] timeout_seconds``.
+    timeout_seconds: float | None = None
 
 
 class Run(msgspec.Struct, kw_only=True):
@@ -162,6 +164,8 @@ class Run(msgspec.Struct, kw_only=True):
     tokens: int = 0
     cost: float = 0.0
     concurrency_key: str | None = None
+    #: The run's own handler deadline (None: ``[queue] timeout_seconds``).
+    timeout_seconds: float | None = None
 
     @property
     def component(self) -> str:

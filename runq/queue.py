@@ -14,6 +14,7 @@ left queued that nobody will run.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
@@ -206,6 +207,7 @@ class Queue:
         unique_for_seconds: float | None = None,
         unique_states: Sequence[Status | str] | None = None,
         concurrency_key: str | None = None,
+        timeout_seconds: float | None = None,
     ) -> NewRun:
         """A ``NewRun`` with this queue's defaults (``max_attempts``, this replica's
         ``deployment_id``), validated.
@@ -213,12 +215,16 @@ class Queue:
         ``unique_key``: while a run of the same component with this key exists in one of
         ``unique_states`` (default: every status) and is either not final or was created
         within the last ``unique_for_seconds``, a submission returns that run with
-        ``created = False`` instead of a new one, for every user and replica."""
+        ``created = False`` instead of a new one, for every user and replica.
+
+        ``timeout_seconds``: this run's handler deadline instead of ``[queue]
+        timeout_seconds``; at most ``[queue] max_timeout_seconds`` (else ``BadRequest``)."""
         self._check_component(component_type, component_id)
         if max_attempts is not None and max_attempts < 1:
             raise BadRequest("max_attempts must be >= 1")
         if delay_seconds < 0:
             raise BadRequest("delay_seconds must be >= 0")
+        self._check_timeout(timeout_seconds)
         return NewRun(
             component_type=component_type,
             component_id=component_id,
@@ -235,7 +241,18 @@ class Queue:
             save_request=save_request,
             unique=unique_spec(unique_key, unique_for_seconds, unique_states),
             concurrency_key=concurrency_key,
+            timeout_seconds=None if timeout_seconds is None else float(timeout_seconds),
         )
+
+    def _check_timeout(self, timeout_seconds: float | None) -> None:
+        if timeout_seconds is None:
+            return
+        ceiling = self.config.queue.max_timeout_seconds
+        if not 0 < timeout_seconds <= ceiling:  # also refuses NaN
+            raise BadRequest(
+                f"timeout_seconds {timeout_seconds:g} must be > 0 and at most {ceiling:g} "
+                "([queue] max_timeout_seconds)"
+            )
 
     def _check_component(self, component_type: str, component_id: str) -> None:
         if component_type not in COMPONENT_TYPES:
@@ -268,6 +285,43 @@ class Queue:
             self.new_run(component_type, component_id, payload, **options)
         )
         return result
+
+    async def defer_many(self, items: Sequence[NewRun]) -> list[SubmitResult]:
+        """Store every run of ``items`` (each built with ``new_run``) in one transaction, or
+        none of them; never execute them here. One result per item, in order.
+
+        Each item follows ``defer``'s rules: an idempotency key already used by the same
+        user (or repeated earlier in the batch) answers with that run, ``created = False``;
+        a held unique key likewise. The depth gates (``max_queue_depth``, ``max_delayed``,
+        ``max_queued_per_user``) must fit the whole batch, else ``QueueFull`` and nothing is
+        stored. One wake-up goes out for the whole batch."""
+        if not items:
+            return []
+        queue = self.config.queue
+        results = await self.store.submit_batch(
+            items,
+            max_queue_depth=queue.max_queue_depth,
+            max_delayed=queue.max_delayed,
+            max_queued_per_user=queue.max_queued_per_user,
+        )
+        created = [r.run for r in results if r.created]
+        for origin, count in Counter(run.origin for run in created).items():
+            SUBMISSIONS.labels(origin=origin).inc(count)
+        if created:
+            log.info("runs.submitted", runs=len(created), first_run_id=created[0].id)
+            await self._wake_batch(created)
+        return results
+
+    async def _wake_batch(self, runs: Sequence[Run]) -> None:
+        """One wake-up for runs stored together: the local claimers once, the postgres
+        channel once when any of them is routed there (a failure is logged; rows stay)."""
+        routes = {self.route(run.component_type, run.component_id) for run in runs}
+        routes.discard("sync")
+        if not routes:
+            return
+        self.local.wake()
+        if "postgres" in routes and self.notifier is not None:
+            self.notifier.request_wake()
 
     async def enqueue(
         self, component_type: str, component_id: str, payload: Any = None, **options: Any

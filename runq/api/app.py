@@ -22,6 +22,7 @@ from runq.api.edge import EdgePolicy, RequestEdge
 from runq.api.guards import provide_identity, provide_services
 from runq.api.json_body import JsonRequest
 from runq.api.problems import handle_exception
+from runq.api.routes_batch import batch_router
 from runq.api.routes_bulk import bulk_router
 from runq.api.routes_events import events_router
 from runq.api.routes_health import health_handlers
@@ -49,6 +50,7 @@ def create_app(
     return Litestar(
         route_handlers=[
             runs_router(secured=secured),
+            batch_router(secured=secured),
             queue_router(secured=secured),
             bulk_router(secured=secured),
             schedules_router(secured=secured),

@@ -21,6 +21,7 @@ from runq.api.problems import IdempotencyKeyInvalid, error_responses
 from runq.api.schemas import (
     MAX_IDEMPOTENCY_KEY_CHARS,
     ContinueRequest,
+    RunOptions,
     RunOut,
     RunSubmission,
     SubmitAccepted,
@@ -74,28 +75,31 @@ async def submit_run(
         raise UnknownComponent(
             f"no component {data.component_type}/{data.component_id} is configured"
         )
-    new = _new_run(data, identity, key, services)
+    new = new_run_of(data, identity, key, services)
     result, executed = await queue.submit(new, background=data.background)
     inline = not data.background and queue.route(data.component_type, data.component_id) == "sync"
     own = result.created or result.run.user_id == identity.actor.user_id
-    return _submit_response(result, executed, inline=inline, own=own)
+    return submit_response(result, executed, inline=inline, own=own)
 
 
 def _checked_idempotency_key(raw: str | None) -> str | None:
     if raw is None:
         return None
-    key = _header_text(raw, "Idempotency-Key")
+    return checked_key_text(_header_text(raw, "Idempotency-Key"), "Idempotency-Key")
+
+
+def checked_key_text(key: str, name: str) -> str:
+    """An idempotency key as stored: bounded, not blank, printable (``name`` in refusals)."""
     if len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
         raise IdempotencyKeyInvalid(
-            f"Idempotency-Key is {len(key)} characters; "
-            f"at most {MAX_IDEMPOTENCY_KEY_CHARS} are allowed"
+            f"{name} is {len(key)} characters; at most {MAX_IDEMPOTENCY_KEY_CHARS} are allowed"
         )
     if not key.strip():
-        raise BadRequest("Idempotency-Key must not be empty")
+        raise BadRequest(f"{name} must not be empty")
     # The key is stored and shown by `runq jobs`: an escape sequence in it would reach the
     # operator's terminal, and invisible characters would make two keys look alike.
     if not key.isprintable():
-        raise BadRequest("Idempotency-Key must not contain control or invisible characters")
+        raise BadRequest(f"{name} must not contain control or invisible characters")
     return key
 
 
@@ -123,8 +127,8 @@ def _checked_priority(requested: int | None, identity: Identity, services: ApiSe
     return requested
 
 
-def _new_run(
-    data: RunSubmission, identity: Identity, key: str | None, services: ApiServices
+def new_run_of(
+    data: RunOptions, identity: Identity, key: str | None, services: ApiServices
 ) -> NewRun:
     """The queue resolves the defaults (``max_attempts``, this replica's deployment)."""
     new = services.queue.new_run(
@@ -144,6 +148,7 @@ def _new_run(
         unique_for_seconds=data.unique_for_seconds,
         unique_states=data.unique_states,
         concurrency_key=data.concurrency_key,
+        timeout_seconds=data.timeout_seconds,
     )
     if data.deployment_id == "":
         # An explicit "" means "no deployment" (any worker), as in the config key; only an
@@ -152,7 +157,7 @@ def _new_run(
     return new
 
 
-def _submit_response(
+def submit_response(
     result: SubmitResult, executed: Run | None, *, inline: bool, own: bool = True
 ) -> Response[SubmitAccepted]:
     """``own``: the run is the submitter's; a unique key may answer another user's run,

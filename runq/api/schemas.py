@@ -41,8 +41,9 @@ def is_plausible_id(run_id: str) -> bool:
     return _PLAUSIBLE_ID.match(run_id) is not None
 
 
-class RunSubmission(Struct, kw_only=True, forbid_unknown_fields=True):
-    """``POST /runs``. Unknown fields are refused: a misspelt option must not be ignored."""
+class RunOptions(Struct, kw_only=True, forbid_unknown_fields=True):
+    """What a submission says about its run, in ``POST /runs`` and in each item of
+    ``POST /runs/batch``. Unknown fields are refused: a misspelt option must not be ignored."""
 
     component_type: ComponentTypeName
     component_id: Name
@@ -60,8 +61,6 @@ class RunSubmission(Struct, kw_only=True, forbid_unknown_fields=True):
     delay_seconds: Annotated[float, Meta(ge=0, le=MAX_DELAY_SECONDS)] = 0.0
     #: Runs sharing a key count together against ``[limits] max_running_per_key``.
     concurrency_key: Name | None = None
-    #: False: follow the routing rule; on a ``sync`` route the run executes in the request.
-    background: bool = True
     #: Unique runs: while a run of this component with this key counts (its status is in
     #: ``unique_states``, default all, and it is not final or was created within
     #: ``unique_for_seconds``), the answer is that run with ``created: false``, whoever
@@ -69,6 +68,34 @@ class RunSubmission(Struct, kw_only=True, forbid_unknown_fields=True):
     unique_key: Annotated[str, Meta(min_length=1, max_length=200)] | None = None
     unique_for_seconds: Annotated[float, Meta(ge=0, le=366 * 86400)] | None = None
     unique_states: Annotated[list[Status], Meta(min_length=1, max_length=6)] | None = None
+    #: This run's handler deadline instead of ``[queue] timeout_seconds``; at most
+    #: ``[queue] max_timeout_seconds`` (400 above it).
+    timeout_seconds: Annotated[float, Meta(gt=0, le=366 * 86400)] | None = None
+
+
+class RunSubmission(RunOptions, kw_only=True, forbid_unknown_fields=True):
+    """``POST /runs``."""
+
+    #: False: follow the routing rule; on a ``sync`` route the run executes in the request.
+    background: bool = True
+
+
+#: Most runs one ``POST /runs/batch`` may carry: bounds one request's transaction.
+MAX_BATCH_RUNS = 1000
+
+
+class BatchItem(RunOptions, kw_only=True, forbid_unknown_fields=True):
+    """One run of ``POST /runs/batch``; ``idempotency_key`` as the header of ``POST /runs``."""
+
+    idempotency_key: (
+        Annotated[str, Meta(min_length=1, max_length=MAX_IDEMPOTENCY_KEY_CHARS)] | None
+    ) = None
+
+
+class BatchSubmission(Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /runs/batch``: up to ``MAX_BATCH_RUNS`` runs, stored all or none."""
+
+    items: Annotated[list[BatchItem], Meta(min_length=1, max_length=MAX_BATCH_RUNS)]
 
 
 class ContinueRequest(Struct, kw_only=True, forbid_unknown_fields=True):
@@ -89,6 +116,12 @@ class SubmitAccepted(Struct, kw_only=True):
     termination_reason: TerminationReason | UnsetType | None = UNSET
     #: False when an existing run was returned (idempotency key or unique key).
     created: bool = True
+
+
+class BatchAccepted(Struct, kw_only=True):
+    """``POST /runs/batch``: one answer per item, in the order given."""
+
+    items: list[SubmitAccepted]
 
 
 class RunOut(Struct, kw_only=True):
@@ -123,13 +156,16 @@ class RunOut(Struct, kw_only=True):
     answer: Any | UnsetType = UNSET
     waiting: WaitReason | None = None
     concurrency_key: str | None = None
+    timeout_seconds: float | None = None
 
     @classmethod
     def from_run(cls, run: Run, *, with_content: bool) -> RunOut:
         view = JobView.from_run(run)
         fields = msgspec.structs.asdict(view)
         fields.pop("payload")
-        out = cls(**fields, cancel_requested=run.cancel_requested)
+        out = cls(
+            **fields, cancel_requested=run.cancel_requested, timeout_seconds=run.timeout_seconds
+        )
         if with_content:
             out.payload = run.payload
             out.answer = run.answer
@@ -173,14 +209,19 @@ class HealthOut(Struct, kw_only=True):
 
 
 __all__ = [
+    "MAX_BATCH_RUNS",
     "MAX_IDEMPOTENCY_KEY_CHARS",
     "MAX_PAGE",
+    "BatchAccepted",
+    "BatchItem",
+    "BatchSubmission",
     "ComponentTypeName",
     "ContinueRequest",
     "ErrorBody",
     "HealthOut",
     "JobsPage",
     "PageMeta",
+    "RunOptions",
     "RunOut",
     "RunSubmission",
     "SortOrder",

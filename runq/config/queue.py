@@ -8,12 +8,17 @@ from runq.config.common import _require
 from runq.config.services import LIVE_WORKER_HEARTBEATS, REAP_LIMIT
 
 TRANSPORTS = ("sync", "local", "postgres")
+#: The ceiling of ``[queue] max_timeout_seconds`` (a year): past it a deadline is no deadline.
+MAX_TIMEOUT_LIMIT = 366 * 86400.0
 
 
 class QueueConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_attempts: int = 1
     retry_delay_seconds: float = 30.0
     timeout_seconds: float = 3600.0
+    #: The longest per-run ``timeout_seconds`` a submission may ask for (one run's handler
+    #: deadline, instead of ``timeout_seconds``); a longer one is refused with a reason.
+    max_timeout_seconds: float = 86400.0
     lock_grace_seconds: float = 60.0
     stop_timeout_seconds: float | None = None
     poll_interval: float = 1.0
@@ -59,6 +64,11 @@ def _validate_queue(q: QueueConfig) -> None:
     _require(q.max_attempts >= 1, "queue.max_attempts", f"{q.max_attempts} must be >= 1")
     _require(q.retry_delay_seconds >= 0, "queue.retry_delay_seconds", "must be >= 0")
     _require(q.timeout_seconds > 0, "queue.timeout_seconds", "must be > 0")
+    _require(
+        0 < q.max_timeout_seconds <= MAX_TIMEOUT_LIMIT,
+        "queue.max_timeout_seconds",
+        f"{q.max_timeout_seconds} must be > 0 and at most {MAX_TIMEOUT_LIMIT:g} (a year)",
+    )
     _require(
         q.lock_grace_seconds >= 3,
         "queue.lock_grace_seconds",

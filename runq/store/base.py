@@ -109,6 +109,24 @@ class Store(Protocol):
     async def submit_many(self, news: Sequence[NewRun]) -> list[str]:
         """Bulk insert without idempotency keys or depth gate (imports, benchmarks). Returns ids."""
 
+    async def submit_batch(
+        self,
+        news: Sequence[NewRun],
+        *,
+        max_queue_depth: int,
+        max_delayed: int = 0,
+        max_queued_per_user: int = 0,
+    ) -> list[SubmitResult]:
+        """``submit`` of every item, in order, in one transaction: all or nothing.
+
+        Each item follows submit's rules (a held unique key, then an idempotency key of the
+        same user, answer with the existing run, ``created=False``; a key reused for another
+        component raises ``IdempotencyConflict``); a key repeated inside the batch answers
+        with the earlier item's run. The depth gates count the batch's new runs on top of
+        the queued ones: when they do not all fit, ``QueueFull`` and nothing is stored. One
+        result per item, in order. No wake-up is sent (the caller sends one for the batch).
+        """
+
     async def get(self, run_id: str) -> Run | None: ...
 
     async def cancel(self, run_id: str) -> Run:

@@ -73,6 +73,22 @@ def user_queue_full(max_queued_per_user: int) -> str:
     )
 
 
+_BATCH_GATES = {
+    "due": ("due runs", "queue.max_queue_depth"),
+    "delayed": ("delayed runs", "queue.max_delayed"),
+    "user": ("of your runs", "queue.max_queued_per_user"),
+}
+
+
+def batch_too_big(kind: str, queued: int, adding: int, limit: int) -> str:
+    what, key = _BATCH_GATES[kind]
+    shown = f"{queued}" if queued < limit else f"{limit} or more"
+    return (
+        f"the batch does not fit: {shown} {what} are queued, the batch adds {adding}, "
+        f"at most {limit} may be ({key}); nothing was stored"
+    )
+
+
 def run_exists(run_id: str) -> str:
     return f"run {run_id} already exists"
 

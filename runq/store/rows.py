@@ -181,6 +181,7 @@ def fresh_run(new: NewRun, values: InsertValues, encoded: bytes | None, now: flo
         has_request=new.save_request,
         payload=msgspec.json.decode(encoded) if encoded is not None else None,
         concurrency_key=new.concurrency_key,
+        timeout_seconds=new.timeout_seconds,
     )
 
 
@@ -243,6 +244,7 @@ def row_to_run(row: RowLike, sealer: Sealer) -> Run:
         tokens=row["tokens"],
         cost=row["cost"],
         concurrency_key=row["concurrency_key"],
+        timeout_seconds=row["timeout_seconds"],
     )
 
 

@@ -129,11 +129,21 @@ class Executor(Settler):
         self.inflight.add(execution)
         return execution
 
+    def timeout_of(self, run: Run) -> float:
+        """The handler deadline of ``run``: its own ``timeout_seconds`` when it was submitted
+        with one (bounded by ``[queue] max_timeout_seconds`` then), else the configured one."""
+        own = run.timeout_seconds
+        return self.config.timeout_seconds if own is None else own
+
     def arm_deadline(self, executions: list[Execution]) -> None:
-        """One handler deadline for runs claimed together (``timeout_seconds`` from now)."""
-        if executions:
-            deadline = _Deadline(executions, self.config.timeout_seconds)
-            for execution in executions:
+        """One handler deadline per distinct timeout among runs claimed together (from now):
+        a batch of runs without their own timeout still shares one timer."""
+        groups: dict[float, list[Execution]] = {}
+        for execution in executions:
+            groups.setdefault(self.timeout_of(execution.run), []).append(execution)
+        for seconds, group in groups.items():
+            deadline = _Deadline(group, seconds)
+            for execution in group:
                 execution.deadline = deadline
 
     async def execute(self, run: Run, *, counted: bool = False) -> Outcome:
@@ -272,7 +282,7 @@ class Executor(Settler):
         if ex.interrupted is not None:
             result = _Interrupted(ex.interrupted)
         elif ex.timed_out and not isinstance(result, _Answer):
-            result = _TimedOut(self.config.timeout_seconds)
+            result = _TimedOut(self.timeout_of(ex.run))
         await self._wait_for_thread(ex, result)
         return result
 

@@ -30,3 +30,13 @@ async def approve(ctx: RunContext, payload: Any) -> Any:
             "scopes": list(ctx.actor.scopes),
         },
     }
+
+
+async def ticker(ctx: RunContext, payload: Any) -> Any:
+    """Emits ``payload.ticks`` ``tick`` events ``payload.every`` seconds apart (a run long
+    enough for a client to lose its event stream in the middle)."""
+    ticks, every = int(payload["ticks"]), float(payload["every"])
+    for i in range(ticks):
+        await ctx.emit("tick", {"i": i})
+        await anyio.sleep(every)
+    return {"ticks": ticks}

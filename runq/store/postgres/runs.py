@@ -23,12 +23,12 @@ from runq.model import (
     SubmitResult,
     new_run_id,
 )
-from runq.store import messages, rows
+from runq.store import batch, messages, rows
 from runq.store.postgres import statements as pg_sql
 from runq.store.postgres.base import PostgresBase
 
 
-def _copy_record(v: rows.InsertValues, concurrency_key: str | None, now: float) -> tuple[Any, ...]:
+def _copy_record(v: rows.InsertValues, new: NewRun, now: float) -> tuple[Any, ...]:
     """One row for ``SUBMIT_COPY_COLUMNS``: queued, attempt 0, created and updated now."""
     return (
         v.id,
@@ -50,7 +50,8 @@ def _copy_record(v: rows.InsertValues, concurrency_key: str | None, now: float) 
         now + v.delay,
         v.has_request,
         v.payload,
-        concurrency_key,
+        new.concurrency_key,
+        new.timeout_seconds,
     )
 
 
@@ -80,6 +81,7 @@ class PostgresRuns(PostgresBase):
             new.concurrency_key,
             max(max_delayed, 0),
             max(max_queued_per_user, 0),
+            new.timeout_seconds,
         )
         if new.unique is not None:
             return await self._submit_unique(new, args, max_queue_depth)
@@ -142,14 +144,115 @@ class PostgresRuns(PostgresBase):
                     "runs",
                     schema_name=self.schema,
                     columns=pg_sql.SUBMIT_COPY_COLUMNS,
-                    records=[
-                        _copy_record(v, n.concurrency_key, now)
-                        for v, n in zip(values, news, strict=True)
-                    ],
+                    records=[_copy_record(v, n, now) for v, n in zip(values, news, strict=True)],
                 )
         except asyncpg.UniqueViolationError as e:
             raise Conflict(messages.bulk_refused(e)) from e
         return ids
+
+    async def submit_batch(
+        self,
+        news: Sequence[NewRun],
+        *,
+        max_queue_depth: int,
+        max_delayed: int = 0,
+        max_queued_per_user: int = 0,
+    ) -> list[SubmitResult]:
+        if not news:
+            return []
+        ids = [n.id or new_run_id() for n in news]
+        # Every payload encoded and sealed before any SQL, so a bad value writes nothing.
+        encoded = [rows.encoded_payload(n) for n in news]
+        values = [
+            rows.insert_values(n, run_id, self._sealer, enc)
+            for run_id, n, enc in zip(ids, news, encoded, strict=True)
+        ]
+        limits = batch.DepthLimits(max_queue_depth, max_delayed, max_queued_per_user)
+        for _ in range(_SUBMIT_ATTEMPTS):
+            try:
+                return await self._submit_batch_once(news, values, encoded, limits)
+            except asyncpg.UniqueViolationError as e:
+                if (e.constraint_name or "").endswith("_pkey"):
+                    raise Conflict(messages.bulk_refused(e)) from e
+                # An idempotency key of the batch was taken by a submit that committed
+                # meanwhile: plan again, which now finds it.
+        raise StoreUnavailable("a batch submit kept racing other submits of its keys; try again")
+
+    async def _submit_batch_once(
+        self,
+        news: Sequence[NewRun],
+        values: Sequence[rows.InsertValues],
+        encoded: Sequence[bytes | None],
+        limits: batch.DepthLimits,
+    ) -> list[SubmitResult]:
+        async with self._db.transaction() as con:
+            now: float = await con.fetchval(self._sql.now)
+            held = await self._lock_unique(con, news)
+            plan = batch.plan_batch(news, await self._stored_keys(con, news), held)
+            for gate in batch.gates(news, plan, limits):
+                gate.check(await self._count(con, gate))
+            fresh = plan.fresh
+            # Binary COPY, as submit_many: the unique index still refuses a key taken
+            # meanwhile (the caller plans again).
+            await con.copy_records_to_table(
+                "runs",
+                schema_name=self.schema,
+                columns=pg_sql.SUBMIT_COPY_COLUMNS,
+                records=[_copy_record(values[i], news[i], now) for i in fresh],
+            )
+            for i in fresh:
+                slot = batch.unique_slot(news[i])
+                if slot is not None:
+                    await con.execute(self._schedule_sql.unique_set, *slot, values[i].id)
+            stored = list(plan.stored_ids)
+            found = await con.fetch(self._sql.get_many, stored) if stored else []
+        by_id = {row["id"]: self._run(row) for row in found}
+        fresh_runs = {i: rows.fresh_run(news[i], values[i], encoded[i], now) for i in fresh}
+        return [
+            SubmitResult(
+                by_id[answer] if isinstance(answer, str) else fresh_runs[answer],
+                created=plan.created(i),
+            )
+            for i, answer in enumerate(plan.answer)
+        ]
+
+    async def _lock_unique(self, con: Any, news: Sequence[NewRun]) -> batch.HeldUnique:
+        """Lock the batch's unique keys (sorted, so two batches never deadlock) and return
+        the ones whose run still holds them."""
+        specs = {batch.unique_slot(n): n.unique for n in news if n.unique is not None}
+        held: dict[tuple[str, str], str] = {}
+        for slot in sorted(s for s in specs if s is not None):
+            spec = specs[slot]
+            assert spec is not None
+            lock = await con.fetchrow(self._schedule_sql.unique_lock, *slot)
+            if lock["run_id"] is None:
+                continue
+            row = await con.fetchrow(self._sql.get, lock["run_id"])
+            if row is not None and spec.holds(
+                Status(row["status"]), row["created_at"], lock["db_now"]
+            ):
+                held[slot] = row["id"]
+        return held
+
+    async def _stored_keys(self, con: Any, news: Sequence[NewRun]) -> batch.StoredKeys:
+        slots = {s for s in map(batch.idempotency_slot, news) if s is not None}
+        if not slots:
+            return {}
+        keys, users = zip(*slots, strict=True)
+        found = await con.fetch(self._sql.batch_keys, list(keys), list(users))
+        return {
+            (row["idempotency_key"], row["user_key"]): (row["id"], row["component"])
+            for row in found
+        }
+
+    async def _count(self, con: Any, gate: batch.Gate) -> int:
+        if gate.kind == "user":
+            counted: int = await con.fetchval(self._sql.batch_count_user, gate.user, gate.limit)
+        elif gate.kind == "due":
+            counted = await con.fetchval(self._sql.batch_count_due, gate.limit)
+        else:
+            counted = await con.fetchval(self._sql.batch_count_delayed, gate.limit)
+        return counted
 
     async def get(self, run_id: str) -> Run | None:
         row = await self._db.fetchrow(self._sql.get, run_id, retry=True)

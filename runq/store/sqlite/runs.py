@@ -21,9 +21,13 @@ from runq.model import (
     SubmitResult,
     new_run_id,
 )
-from runq.store import messages, rows
+from runq.store import batch, messages, rows
 from runq.store.sqlite.base import SqliteBase
 from runq.store.sqlite.connection import Row
+
+#: What a batch's write transaction decided: the plan, the stored runs it answers with
+#: (by id) and the transaction's clock.
+_Planned = tuple[batch.BatchPlan, dict[str, Row], float]
 
 
 class SqliteRuns(SqliteBase):
@@ -44,7 +48,11 @@ class SqliteRuns(SqliteBase):
         # Encode (and seal) before the transaction: a bad payload never takes the write lock.
         encoded = rows.encoded_payload(new)
         values = rows.insert_values(new, run_id, self._sealer, encoded)
-        params: dict[str, Any] = {**values._asdict(), "concurrency_key": new.concurrency_key}
+        params: dict[str, Any] = {
+            **values._asdict(),
+            "concurrency_key": new.concurrency_key,
+            "timeout_seconds": new.timeout_seconds,
+        }
         key, user = new.idempotency_key, new.actor.user_id or ""
         delayed, limits = values.delay > 0, (max_delayed, max_queued_per_user)
 
@@ -117,6 +125,7 @@ class SqliteRuns(SqliteBase):
                     new, run_id, self._sealer, rows.encoded_payload(new)
                 )._asdict(),
                 "concurrency_key": new.concurrency_key,
+                "timeout_seconds": new.timeout_seconds,
             }
             for new, run_id in zip(news, ids, strict=True)
         ]
@@ -130,6 +139,99 @@ class SqliteRuns(SqliteBase):
         if batch:
             await self._write(body)
         return ids
+
+    async def submit_batch(
+        self,
+        news: Sequence[NewRun],
+        *,
+        max_queue_depth: int,
+        max_delayed: int = 0,
+        max_queued_per_user: int = 0,
+    ) -> list[SubmitResult]:
+        ids = [new.id or new_run_id() for new in news]
+        # Every payload encoded and sealed before the write lock: a bad one stores nothing.
+        encoded = [rows.encoded_payload(new) for new in news]
+        values = [
+            rows.insert_values(new, run_id, self._sealer, enc)
+            for new, run_id, enc in zip(news, ids, encoded, strict=True)
+        ]
+        limits = batch.DepthLimits(max_queue_depth, max_delayed, max_queued_per_user)
+
+        def body(conn: sqlite3.Connection, now: float) -> _Planned:
+            plan = batch.plan_batch(
+                news, self._stored_keys(conn, news), self._held(conn, news, now)
+            )
+            for gate in batch.gates(news, plan, limits):
+                gate.check(self._count(conn, gate, now))
+            fresh = plan.fresh
+            params = [
+                {
+                    **values[i]._asdict(),
+                    "concurrency_key": news[i].concurrency_key,
+                    "timeout_seconds": news[i].timeout_seconds,
+                    "now": now,
+                }
+                for i in fresh
+            ]
+            try:
+                conn.executemany(self._sql.insert, params)
+            except sqlite3.IntegrityError as e:
+                raise Conflict(messages.bulk_refused(e)) from e
+            for i in fresh:
+                slot = batch.unique_slot(news[i])
+                if slot is not None:
+                    key = {"component": slot[0], "key": slot[1], "run_id": ids[i]}
+                    conn.execute(self._schedule_sql.unique_set, key)
+            found = {
+                run_id: conn.execute(self._sql.get, (run_id,)).fetchone()
+                for run_id in plan.stored_ids
+            }
+            return plan, found, now
+
+        if not news:
+            return []
+        plan, found, now = await self._write(body)
+        fresh_runs = {i: rows.fresh_run(news[i], values[i], encoded[i], now) for i in plan.fresh}
+        results: list[SubmitResult] = []
+        for i, answer in enumerate(plan.answer):
+            run = self._run(found[answer]) if isinstance(answer, str) else fresh_runs[answer]
+            results.append(SubmitResult(run, created=plan.created(i)))
+        return results
+
+    def _stored_keys(self, conn: sqlite3.Connection, news: Sequence[NewRun]) -> batch.StoredKeys:
+        stored: dict[tuple[str, str], tuple[str, str]] = {}
+        for new in news:
+            slot = batch.idempotency_slot(new)
+            if slot is None or slot in stored:
+                continue
+            row: Row | None = conn.execute(self._sql.by_key, slot).fetchone()
+            if row is not None:
+                stored[slot] = (row["id"], f"{row['component_type']}/{row['component_id']}")
+        return stored
+
+    def _held(
+        self, conn: sqlite3.Connection, news: Sequence[NewRun], now: float
+    ) -> batch.HeldUnique:
+        held: dict[tuple[str, str], str] = {}
+        for new in news:
+            slot = batch.unique_slot(new)
+            if slot is None or new.unique is None or slot in held:
+                continue
+            query = {"component": slot[0], "key": slot[1]}
+            row: Row | None = conn.execute(self._schedule_sql.unique_get, query).fetchone()
+            if row is not None and new.unique.holds(Status(row["status"]), row["created_at"], now):
+                held[slot] = row["id"]
+        return held
+
+    def _count(self, conn: sqlite3.Connection, gate: batch.Gate, now: float) -> int:
+        if gate.kind == "user":
+            params: tuple[Any, ...] = (gate.user, gate.limit)
+            sql = self._sql.count_user_queued
+        else:
+            params = (now, gate.limit)
+            sql = self._sql.count_due if gate.kind == "due" else self._sql.count_delayed
+        counted: int = conn.execute(sql, params).fetchone()[0]
+        return counted
 
     async def get(self, run_id: str) -> Run | None:
         row = await self._db.read_one(self._sql.get, (run_id,))

@@ -40,6 +40,7 @@ class SqliteSchedules(SqliteBase):
         params: dict[str, Any] = {
             **rows.insert_values(new, run_id, self._sealer, encoded)._asdict(),
             "concurrency_key": new.concurrency_key,
+            "timeout_seconds": new.timeout_seconds,
         }
         q = self._schedule_sql
 

@@ -22,7 +22,12 @@ from runq.store.postgres.statements.operations import (
     list_jobs,
     reseal_select,
 )
-from runq.store.postgres.statements.runs import SUBMIT_COPY_COLUMNS, _submit_many_sql, _submit_sql
+from runq.store.postgres.statements.runs import (
+    SUBMIT_COPY_COLUMNS,
+    _batch_sql,
+    _submit_many_sql,
+    _submit_sql,
+)
 from runq.store.postgres.statements.schedules import ScheduleStatements, build_schedules
 
 __all__ = [
@@ -45,6 +50,11 @@ class Statements:
     count_runs: str
     submit: str
     submit_many: str
+    batch_keys: str
+    batch_count_due: str
+    batch_count_delayed: str
+    batch_count_user: str
+    get_many: str
     cancel: str
     continue_: str
     requeue: str
@@ -140,6 +150,7 @@ def build(schema: str, offset: float) -> Statements:
         release=_release_sql(s, now),
         submit=_submit_sql(s, now),
         submit_many=_submit_many_sql(s, now),
+        **_batch_sql(s, now),
         claim=claim,
         claim_affinity=claim_affinity,
         claim_one=claim_one,

@@ -5,7 +5,7 @@ from __future__ import annotations
 _INSERT_COLUMNS = (
     "id, component_type, component_id, status, attempt, max_attempts, priority, session_id, "
     "user_id, actor, configuration, deployment_id, idempotency_key, origin, created_at, "
-    "updated_at, available_at, has_request, payload, concurrency_key"
+    "updated_at, available_at, has_request, payload, concurrency_key, timeout_seconds"
 )
 
 
@@ -16,7 +16,8 @@ def _submit_sql(s: str, now: str) -> str:
     $8 actor, $9 configuration, $10 deployment, $11 idempotency key, $12 origin,
     $13 delay, $14 has_request, $15 payload, $16 max_queue_depth (0 = unbounded),
     $17 the NOTIFY channel when the insert should wake the listeners (NULL: no NOTIFY),
-    $18 concurrency_key, $19 max_delayed, $20 max_queued_per_user (0 = unbounded).
+    $18 concurrency_key, $19 max_delayed, $20 max_queued_per_user (0 = unbounded),
+    $21 the run's own timeout_seconds (NULL: the configured one).
     A due run is gated by the due runs ($16) and a delayed one by the delayed runs ($19), so
     runs far in the future cannot fill the queue for everyone; a user's queued runs are gated
     by $20. Each count stops at its limit (a bounded walk of the queued rows).
@@ -50,7 +51,7 @@ def _submit_sql(s: str, now: str) -> str:
         ins AS (
             INSERT INTO {s}.runs ({_INSERT_COLUMNS})
             SELECT $1, $2, $3, 'queued', 0, $4, $5, $6, $7, $8, $9, $10, $11, $12,
-                   {now}, {now}, {now} + $13::float8, $14, $15, $18::text
+                   {now}, {now}, {now} + $13::float8, $14, $15, $18::text, $21::float8
             WHERE NOT EXISTS (SELECT 1 FROM existing)
               AND NOT (SELECT is_full OR user_full FROM gate)
             ON CONFLICT (idempotency_key, (coalesce(user_id, '')))
@@ -72,12 +73,35 @@ def _submit_many_sql(s: str, now: str) -> str:
     return f"""
         INSERT INTO {s}.runs ({_INSERT_COLUMNS})
         SELECT v.id, v.ct, v.ci, 'queued', 0, v.ma, v.pr, v.sid, v.uid, v.actor, v.conf,
-               v.dep, v.key, v.origin, {now}, {now}, {now} + v.delay, v.hr, v.payload, v.ck
+               v.dep, v.key, v.origin, {now}, {now}, {now} + v.delay, v.hr, v.payload, v.ck,
+               NULL::float8
         FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::text[],
                     $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
                     $12::text[], $13::float8[], $14::bool[], $15::bytea[], $16::text[])
             AS v(id, ct, ci, ma, pr, sid, uid, actor, conf, dep, key, origin, delay, hr, payload,
                  ck)"""
+
+
+def _batch_sql(s: str, now: str) -> dict[str, str]:
+    """What ``submit_batch`` asks inside its transaction before its COPY: stored
+    idempotency keys of the batch, bounded depth counts (as ``_submit_sql``'s gate) and the
+    stored runs that answer items."""
+    queued = f"SELECT 1 FROM {s}.runs WHERE status = 'queued'"
+    return {
+        # $1 keys, $2 users ('' for none), pairwise.
+        "batch_keys": f"""
+            SELECT r.id, r.idempotency_key, coalesce(r.user_id, '') AS user_key,
+                   r.component_type || '/' || r.component_id AS component
+            FROM unnest($1::text[], $2::text[]) AS k(key, uid)
+            JOIN {s}.runs r ON r.idempotency_key = k.key AND coalesce(r.user_id, '') = k.uid""",
+        "batch_count_due": f"""
+            SELECT count(*) FROM ({queued} AND available_at <= {now} LIMIT $1::bigint) AS q""",
+        "batch_count_delayed": f"""
+            SELECT count(*) FROM ({queued} AND available_at > {now} LIMIT $1::bigint) AS q""",
+        "batch_count_user": f"""
+            SELECT count(*) FROM ({queued} AND user_id = $1 LIMIT $2::bigint) AS q""",
+        "get_many": f"SELECT * FROM {s}.runs WHERE id = ANY($1::text[])",
+    }
 
 
 #: The columns ``PostgresStore.submit_many`` copies into the run table, in record order: what

@@ -52,7 +52,7 @@ def _fire_slot_sql(s: str, now: str) -> str:
         ins AS (
             INSERT INTO {s}.runs ({_INSERT_COLUMNS})
             SELECT $4, $5, $6, 'queued', 0, $7, $8, $9, $10, $11, $12, $13, $14, $15,
-                   {now}, {now}, {now} + $16::float8, $17, $18, NULL::text
+                   {now}, {now}, {now} + $16::float8, $17, $18, NULL::text, NULL::float8
             FROM slot WHERE slot.run_id IS NOT NULL
             RETURNING id
         ),

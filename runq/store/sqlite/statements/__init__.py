@@ -150,10 +150,11 @@ def build(schema: str) -> Statements:
             f"INSERT INTO {t} (id, component_type, component_id, status, attempt, max_attempts,"
             " priority, session_id, user_id, actor, configuration, deployment_id,"
             " idempotency_key, origin, created_at, updated_at, available_at, has_request,"
-            " payload, concurrency_key) VALUES (:id, :component_type, :component_id, 'queued',"
+            " payload, concurrency_key, timeout_seconds) VALUES (:id, :component_type,"
+            " :component_id, 'queued',"
             " 0, :max_attempts, :priority, :session_id, :user_id, :actor, :configuration,"
             " :deployment_id, :idempotency_key, :origin, :now, :now, :now + :delay,"
-            " :has_request, :payload, :concurrency_key)"
+            " :has_request, :payload, :concurrency_key, :timeout_seconds)"
         ),
         claims=_claims(t),
         reap=_reap(t),
