@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol, TypeVar
 from zoneinfo import ZoneInfo
 
 import msgspec
 
 from runq.config import BudgetConfig, BudgetLimit
-from runq.model import BudgetBlock, UsageKey, UsageTotals
+from runq.model import BudgetBlock, UsageKey, UsageTotals, WaitReason, wait_time
 
 
 class UsageCounters(Protocol):
@@ -75,6 +75,36 @@ def period_start(period: str, now: float, tz: ZoneInfo) -> float:
     if period == "month":
         start = start.replace(day=1)
     return start.timestamp()
+
+
+def period_end(period: str, now: float, tz: ZoneInfo) -> float:
+    """Epoch seconds of the next local midnight (or first of the next month): when the
+    counters of the current period stop counting. Built from the local date, not by adding
+    24 hours, so a day with a daylight-saving change ends at its real midnight."""
+    start = datetime.fromtimestamp(period_start(period, now, tz), tz)
+    if period == "month":
+        year, month = (start.year + 1, 1) if start.month == 12 else (start.year, start.month + 1)
+        return datetime(year, month, 1, tzinfo=tz).timestamp()
+    following = start.date() + timedelta(days=1)
+    return datetime(following.year, following.month, following.day, tzinfo=tz).timestamp()
+
+
+def describe_subject(limit: BudgetLimit, user_id: str | None, configuration: str | None) -> str:
+    """The counter's subject in words, as an operator reads it in a wait reason."""
+    user, conf = user_id or "(none)", configuration or "(none)"
+    if limit.scope == "user":
+        return f"user {user}"
+    if limit.scope == "configuration":
+        return f"configuration {conf}"
+    return f"user {user} with configuration {conf}"
+
+
+def _spent(limit: BudgetLimit, totals: UsageTotals, cap: str) -> str:
+    if cap == "cost":
+        return f"cost {totals.cost:g}/{limit.max_cost:g}"
+    if cap == "tokens":
+        return f"tokens {totals.tokens}/{limit.max_tokens}"
+    return f"runs {totals.runs}/{limit.max_runs}"
 
 
 def over_cap(limit: BudgetLimit, totals: UsageTotals) -> str | None:
@@ -176,6 +206,34 @@ class BudgetGate:
             self._refused.add(marker)
             if self._on_refusal is not None:
                 self._on_refusal(reason)
+
+    async def hold(self, user_id: str | None, configuration: str | None) -> WaitReason | None:
+        """Why the claim skips this user's (or configuration's) runs now: the first limit,
+        in configuration order, whose counter is at its cap; None when none is. The same
+        rule as ``blocked``, read for one run's counters (one query)."""
+        if not self.limits:
+            return None
+        now = await self.store.now()
+        totals = await self.store.usage_totals(self.usage_keys(user_id, configuration, now))
+        for limit in self.limits:
+            key = UsageKey(
+                counter_scope(limit),
+                subject_for(limit, user_id, configuration),
+                period_start(limit.period, now, self.tz),
+            )
+            used = totals.get(key, UsageTotals())
+            cap = over_cap(limit, used)
+            if cap is None:
+                continue
+            until = period_end(limit.period, now, self.tz)
+            return WaitReason(
+                kind="budget",
+                pattern=key.scope,
+                until=until,
+                message=f"budget {key.scope} of {describe_subject(limit, user_id, configuration)}"
+                f" exhausted ({_spent(limit, used, cap)}) until {wait_time(until)}",
+            )
+        return None
 
     async def left(self, user_id: str | None, configuration: str | None) -> BudgetLeft | None:
         """What is left for this user/configuration under the tightest limit; None if unlimited."""

@@ -11,6 +11,7 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -310,6 +311,22 @@ class WaitReason(msgspec.Struct, frozen=True, kw_only=True):
     message: str
     pattern: str | None = None
     until: float | None = None
+
+
+class QueuedCount(msgspec.Struct, frozen=True, array_like=True):
+    """Queued runs of one (component, deployment): ready now, delayed, and, of the ready
+    ones, those the budget holds back (``Store.queued_by_component``)."""
+
+    component: str
+    deployment_id: str
+    ready: int
+    delayed: int
+    budget_held: int = 0
+
+
+def wait_time(epoch: float) -> str:
+    """A time as wait reasons give it: UTC, to the second, ``2026-11-30T18:00:00Z``."""
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 class QueueHealth(msgspec.Struct, kw_only=True):

@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
+from runq.budget import BudgetGate
 from runq.components import ComponentRegistry
 from runq.config import Config, load_config
 from runq.errors import BadRequest, NotFound, StoreUnavailable, UnknownComponent
@@ -521,6 +522,7 @@ class Queue:
             and self.config.queue.serialize_sessions
             and await store.session_ahead(run.id, run.session_id or ""),
             deployment_served=served,
+            budget=await BudgetGate(self.config.budget, store).hold(run.user_id, run.configuration),
         )
         return explain(run, store.flow, inputs)
 

@@ -76,6 +76,13 @@ async def test_a_user_over_the_cap_waits_while_others_run_and_runs_after_midnigh
         # A 16-slot claim pass must not let alice's fourth run through with the others.
         assert await statuses(q, a_ids) == [Status.COMPLETED] * 3 + [Status.QUEUED]
         assert (await q.get(a_ids[3])).attempt == 0
+        held = await q.get(a_ids[3])
+        reason = await q.why_waiting(held)
+        assert reason is not None
+        assert reason.kind == "budget", reason
+        assert reason.message.startswith("budget user:day of user alice exhausted (runs 3/3)")
+        assert reason.until is not None
+        assert reason.until % 86400 == 0
 
         gate = BudgetGate(q.config.budget, q.store)
         now = await q.store.now()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from runq.budget import over_cap, period_start, subject_for
+from runq.budget import over_cap, period_end, period_start, subject_for
 from runq.config import BudgetLimit
 from runq.model import UsageTotals
 
@@ -37,3 +37,14 @@ def test_subjects_per_scope() -> None:
     assert subject_for(BudgetLimit(scope="user", max_runs=1), "u1", "c1") == "u1"
     assert subject_for(BudgetLimit(scope="configuration", max_runs=1), "u1", "c1") == "c1"
     assert subject_for(BudgetLimit(scope="both", max_runs=1), None, "c1") == "\x1fc1"
+
+
+def test_a_period_ends_at_the_next_local_midnight_or_first_of_the_month() -> None:
+    berlin = ZoneInfo("Europe/Berlin")
+    # The day the clocks go forward is 23 hours long; it still ends at local midnight.
+    now = datetime(2026, 3, 29, 12, 0, tzinfo=berlin).timestamp()
+    assert period_end("day", now, berlin) == datetime(2026, 3, 30, tzinfo=berlin).timestamp()
+    utc = ZoneInfo("UTC")
+    december = datetime(2026, 12, 31, 23, 59, tzinfo=utc).timestamp()
+    assert period_end("month", december, utc) == datetime(2027, 1, 1, tzinfo=utc).timestamp()
+    assert period_end("month", now, berlin) == datetime(2026, 4, 1, tzinfo=berlin).timestamp()

@@ -6,14 +6,9 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from runq.flow.rules import FlowRules, FlowState, rate_window
-from runq.model import Pause, Run, Status, WaitReason
-
-
-def _at(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+from runq.model import Pause, QueuedCount, Run, Status, WaitReason, wait_time
 
 
 def pause_of(pauses: Sequence[Pause], component: str, deployment_id: str | None) -> Pause | None:
@@ -34,6 +29,8 @@ class WaitInputs:
     session_ahead: bool = False
     #: Some live worker claims the run's deployment (always True for runs with none).
     deployment_served: bool = True
+    #: The budget limit the run's user or configuration has spent (``BudgetGate.hold``).
+    budget: WaitReason | None = None
 
 
 def limit_hold(
@@ -70,7 +67,7 @@ def limit_hold(
                 kind="rate",
                 pattern=g.pattern,
                 until=until,
-                message=f"rate {g.pattern} (next slot at {_at(until)})",
+                message=f"rate {g.pattern} (next slot at {wait_time(until)})",
             )
     return None
 
@@ -80,7 +77,9 @@ def explain(run: Run, rules: FlowRules, inputs: WaitInputs) -> WaitReason | None
         return None
     if run.available_at > inputs.state.now:
         return WaitReason(
-            kind="delayed", until=run.available_at, message=f"delayed until {_at(run.available_at)}"
+            kind="delayed",
+            until=run.available_at,
+            message=f"delayed until {wait_time(run.available_at)}",
         )
     pause = pause_of(inputs.pauses, run.component, run.deployment_id)
     if pause is not None:
@@ -94,6 +93,8 @@ def explain(run: Run, rules: FlowRules, inputs: WaitInputs) -> WaitReason | None
         return WaitReason(
             kind="session", message=f"behind an earlier run of session {run.session_id}"
         )
+    if inputs.budget is not None:
+        return inputs.budget
     held = limit_hold(rules, run.component, inputs.state, run.concurrency_key)
     if held is not None:
         return held
@@ -105,26 +106,34 @@ def explain(run: Run, rules: FlowRules, inputs: WaitInputs) -> WaitReason | None
 
 
 #: The reasons the exporter counts held-back runs by (``runq_held_runs``).
-HELD_REASONS = ("delayed", "paused", "limit", "rate", "no_worker")
+HELD_REASONS = ("delayed", "paused", "budget", "limit", "rate", "no_worker")
 
 
 def held_counts(
-    queued: Sequence[tuple[str, str, int, int]],
+    queued: Sequence[QueuedCount],
     rules: FlowRules,
     state: FlowState,
     pauses: Sequence[Pause],
     served_deployments: set[str],
 ) -> dict[str, int]:
     """Queued runs held back, by reason, from the per-(component, deployment) counts of
-    ``Store.queued_by_component``: one decision per group of runs, never one per run.
-    Budget and session holds depend on each run's user and session and are not counted."""
+    ``Store.queued_by_component``: one decision per group of runs, never one per run, in
+    ``explain``'s order. The store counts the budget holds of each group (they depend on
+    each run's user and configuration); session holds depend on each run's session and
+    are not counted."""
     counts = dict.fromkeys(HELD_REASONS, 0)
-    for component, deployment, ready, delayed in queued:
-        counts["delayed"] += delayed
+    for group in queued:
+        component, deployment = group.component, group.deployment_id
+        counts["delayed"] += group.delayed
+        ready = group.ready
         if not ready:
             continue
         if pause_of(pauses, component, deployment or None) is not None:
             counts["paused"] += ready
+            continue
+        counts["budget"] += group.budget_held
+        ready -= group.budget_held
+        if not ready:
             continue
         held = limit_hold(rules, component, state)
         if held is not None:

@@ -9,12 +9,13 @@ served and the error is counted.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio
 from prometheus_client import generate_latest
 
-from runq.config import Config
+from runq.budget import BudgetGate
+from runq.config import BudgetConfig, Config
 from runq.flow.waits import held_counts
 from runq.log import get_logger
 from runq.metrics import (
@@ -45,6 +46,8 @@ class ExporterConfig:
     worker_max_age_seconds: float
     #: DB-derived gauges are refreshed at most this often.
     cache_seconds: float
+    #: The caps whose holds ``runq_held_runs{reason="budget"}`` counts.
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
 
     @classmethod
     def from_config(cls, config: Config) -> ExporterConfig:
@@ -53,6 +56,7 @@ class ExporterConfig:
             lock_grace_seconds=q.lock_grace_seconds,
             worker_max_age_seconds=q.live_worker_seconds,
             cache_seconds=CACHE_SECONDS,
+            budget=config.budget,
         )
 
 
@@ -63,6 +67,8 @@ class Exporter:
         self._refreshed_at = float("-inf")
         self._lock = anyio.Lock()
         self._deployments: set[str] = set()
+        # Its own gate, without the refusal counter: reading who is blocked is not a refusal.
+        self._budget = BudgetGate(config.budget, store)
 
     async def refresh(self) -> None:
         async with self._lock:
@@ -93,7 +99,9 @@ class Exporter:
         state = await store.flow_state()
         workers = await store.list_workers(max_age_seconds=self.config.worker_max_age_seconds)
         served = {w.deployment_id for w in workers if w.deployment_id}
-        counts = held_counts(await store.queued_by_component(), store.flow, state, pauses, served)
+        blocked = await self._budget.blocked() if self._budget.enabled else None
+        queued = await store.queued_by_component(blocked)
+        counts = held_counts(queued, store.flow, state, pauses, served)
         for reason, n in counts.items():
             HELD_RUNS.labels(reason=reason).set(n)
         PAUSE_AGE.clear()

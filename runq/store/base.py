@@ -28,6 +28,7 @@ from runq.model import (
     NewEvent,
     NewRun,
     Page,
+    QueuedCount,
     QueueHealth,
     ReapReport,
     Run,
@@ -342,9 +343,10 @@ class Store(Protocol):
     async def session_ahead(self, run_id: str, session_id: str) -> bool:
         """True when the session rule holds ``run_id`` back."""
 
-    async def queued_by_component(self) -> list[tuple[str, str, int, int]]:
-        """Queued runs per (component, deployment id or ''): (component, deployment,
-        ready now, delayed). For the exporter's held-back counts."""
+    async def queued_by_component(self, blocked: BudgetBlock | None = None) -> list[QueuedCount]:
+        """Queued runs per (component, deployment id or ''): ready now, delayed, and the
+        ready runs ``blocked`` by the budget (the claim's own exclusion). For the exporter's
+        held-back counts."""
 
     # -- the event log -----------------------------------------------------------------
 

@@ -9,7 +9,7 @@ import pytest
 
 from runq.config import LimitConfig
 from runq.flow import FlowRules
-from runq.model import Completion, NewRun, Run
+from runq.model import Actor, BudgetBlock, Completion, NewRun, QueuedCount, Run
 from runq.store.base import Store
 
 pytestmark = pytest.mark.anyio
@@ -117,3 +117,25 @@ async def test_one_running_run_per_key(store: Store) -> None:
     await store.complete_many("w1", [Completion(run_id=done.id, attempt=done.attempt, answer=None)])
     again = list(await store.claim("w2", 16, deployment_id=None))
     assert [r.concurrency_key for r in again] == ["tenant-a"]
+
+
+async def test_queued_counts_name_the_runs_the_budget_holds_back(store: Store) -> None:
+    """The exporter's budget count uses the claim's own exclusion: what it counts as held
+    is exactly what a claim with the same block leaves queued."""
+    await submit(store, "task/a", 2, actor=Actor(user_id="alice"))
+    await submit(store, "task/a", 1, actor=Actor(user_id="bob"), configuration="gpt")
+    await submit(store, "task/a", 1, actor=Actor(user_id="carol"), configuration="small")
+    await submit(store, "task/a", 1, actor=Actor(user_id="alice"), delay_seconds=3600)
+    await submit(store, "task/b", 1, actor=Actor(user_id="dave"), configuration="mini")
+    block = BudgetBlock(
+        users=frozenset({"alice"}),
+        configurations=frozenset({"gpt"}),
+        pairs=frozenset({("dave", "mini")}),
+    )
+    counts = {c.component: c for c in await store.queued_by_component(block)}
+    assert counts["task/a"] == QueuedCount("task/a", "", 4, 1, 3)  # alice twice, gpt once
+    assert counts["task/b"] == QueuedCount("task/b", "", 1, 0, 1)  # the (dave, mini) pair
+    unblocked = await store.queued_by_component()
+    assert {c.budget_held for c in unblocked} == {0}
+    claimed = await store.claim("w1", 16, deployment_id=None, blocked=block)
+    assert [r.user_id for r in claimed] == ["carol"]

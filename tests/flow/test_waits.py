@@ -7,7 +7,7 @@ import pytest
 from runq.config import LimitConfig
 from runq.flow import FlowRules, FlowState
 from runq.flow.waits import WaitInputs, explain, held_counts
-from runq.model import Actor, Pause, Run, Status
+from runq.model import Actor, Pause, QueuedCount, Run, Status, WaitReason
 
 NOW = 1_800_000_000.5
 RULES = FlowRules.from_limits(
@@ -38,6 +38,9 @@ def state(running: dict[str, int] | None = None, used: int = 0) -> FlowState:
     return FlowState(now=NOW, running=running or {}, windows={"task/email": (window, used)})
 
 
+BUDGET = WaitReason(kind="budget", message="budget user:day of user alice exhausted")
+
+
 def pause(kind: str, target: str) -> Pause:
     return Pause(id="p1", kind=kind, target=target, reason="outage", created_by=None, created_at=0)
 
@@ -60,6 +63,11 @@ def pause(kind: str, target: str) -> Pause:
          "rate task/email (next slot at 2027-01-15T08:01:00Z)"),
         (queued("task/x", deployment_id="gpu"), WaitInputs(state(), [], deployment_served=False),
          "no_worker", "no live worker serves deployment gpu"),
+        # A budget hold comes before a full limit: the claim never considers the run.
+        (queued("agent/x"), WaitInputs(state({"agent/x": 4}), [], budget=BUDGET), "budget",
+         BUDGET.message),
+        (queued("agent/x"), WaitInputs(state(), [pause("component", "agent/*")], budget=BUDGET),
+         "paused", "paused (component agent/*: outage)"),
     ],
 )  # fmt: skip
 def test_explain(run: Run, inputs: WaitInputs, kind: str, message: str) -> None:
@@ -78,13 +86,16 @@ def test_nothing_holds_a_run_with_room() -> None:
 
 def test_held_counts_by_reason() -> None:
     rows = [
-        ("agent/x", "", 5, 2),  # limit full
-        ("task/email", "", 3, 0),  # rate spent
-        ("task/other", "gpu", 4, 0),  # nobody serves gpu
-        ("task/other", "", 6, 1),  # runs
-        ("job/paused", "", 2, 0),
+        QueuedCount("agent/x", "", 5, 2, 1),  # 1 over budget, the rest behind the full limit
+        QueuedCount("task/email", "", 3, 0),  # rate spent
+        QueuedCount("task/other", "gpu", 4, 0),  # nobody serves gpu
+        QueuedCount("task/other", "", 6, 1, 6),  # all over budget
+        QueuedCount("task/free", "", 6, 0),  # runs
+        QueuedCount("job/paused", "", 2, 0, 2),  # a pause comes before the budget
     ]
     counts = held_counts(
         rows, RULES, state({"agent/x": 4}, used=100), [pause("component", "job/*")], set()
     )
-    assert counts == {"delayed": 3, "paused": 2, "limit": 5, "rate": 3, "no_worker": 4}
+    assert counts == {
+        "delayed": 3, "paused": 2, "budget": 7, "limit": 4, "rate": 3, "no_worker": 4
+    }  # fmt: skip

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from runq.flow import FlowRules
-from runq.model import Run
+from runq.model import BudgetBlock, Run
 from runq.seal import Sealer
 from runq.store import rows
 from runq.store.postgres import statements as pg_sql
@@ -20,6 +20,19 @@ from runq.store.statements import check_schema
 #: The claim path's own connections (opened on the first claim): one claimer per replica,
 #: plus one for a ``sync`` claim of a single run beside it.
 CLAIM_CONNECTIONS = 2
+
+
+def _blocked_params(blocked: BudgetBlock | None) -> list[list[str]]:
+    """The four text[] parameters of the budget exclusion (empty arrays exclude nothing)."""
+    if blocked is None or blocked.empty:
+        return [[], [], [], []]
+    pairs = sorted(blocked.pairs)
+    return [
+        sorted(blocked.users),
+        sorted(blocked.configurations),
+        [u for u, _ in pairs],
+        [c for _, c in pairs],
+    ]
 
 
 def _running(found: Sequence[Any]) -> tuple[float, list[tuple[str, str | None, int]]]:

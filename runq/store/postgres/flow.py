@@ -6,7 +6,9 @@ from collections.abc import Sequence
 
 from runq.flow import FlowState, Pause, like_pattern, split_running
 from runq.model import (
+    BudgetBlock,
     Lease,
+    QueuedCount,
     UsageKey,
     UsageTotals,
     new_run_id,
@@ -14,6 +16,7 @@ from runq.model import (
 from runq.store import rows
 from runq.store.postgres.base import (
     PostgresBase,
+    _blocked_params,
     _running,
 )
 
@@ -55,9 +58,11 @@ class PostgresFlow(PostgresBase):
     async def session_ahead(self, run_id: str, session_id: str) -> bool:
         return bool(await self._db.fetchval(self._sql.session_ahead, run_id, session_id))
 
-    async def queued_by_component(self) -> list[tuple[str, str, int, int]]:
-        found = await self._db.fetch(self._sql.queued_by_component, retry=True)
-        return [(r["component"], r["deployment_id"], r["ready"], r["delayed"]) for r in found]
+    async def queued_by_component(self, blocked: BudgetBlock | None = None) -> list[QueuedCount]:
+        found = await self._db.fetch(
+            self._sql.queued_by_component, *_blocked_params(blocked), retry=True
+        )
+        return [QueuedCount(*r) for r in found]
 
     async def record_usage(
         self, worker_id: str, lease: Lease, *, tokens: int, cost: float, keys: Sequence[UsageKey]

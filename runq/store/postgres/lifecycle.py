@@ -17,21 +17,9 @@ from runq.model import (
 from runq.store import messages, rows
 from runq.store.postgres.base import (
     PostgresBase,
+    _blocked_params,
     _running,
 )
-
-
-def _blocked_params(blocked: BudgetBlock | None) -> list[list[str]]:
-    """The four text[] parameters of the budget exclusion (empty arrays exclude nothing)."""
-    if blocked is None or blocked.empty:
-        return [[], [], [], []]
-    pairs = sorted(blocked.pairs)
-    return [
-        sorted(blocked.users),
-        sorted(blocked.configurations),
-        [u for u, _ in pairs],
-        [c for _, c in pairs],
-    ]
 
 
 class PostgresLifecycle(PostgresBase):

@@ -10,7 +10,7 @@ from typing import TypeVar
 import msgspec
 
 from runq.flow import FlowRules
-from runq.model import Run
+from runq.model import BudgetBlock, Run
 from runq.seal import Sealer
 from runq.store import rows
 from runq.store.sqlite import statements as sql
@@ -20,6 +20,16 @@ from runq.store.statements import check_schema
 T = TypeVar("T")
 
 _json = msgspec.json.Encoder()
+
+
+def _blocked_params(blocked: BudgetBlock | None) -> dict[str, str]:
+    """The budget exclusion's ``:bu``, ``:bc`` and ``:bp`` (JSON; '[]' excludes nothing)."""
+    block = blocked if blocked is not None else BudgetBlock()
+    return {
+        "bu": _json.encode(sorted(block.users)).decode(),
+        "bc": _json.encode(sorted(block.configurations)).decode(),
+        "bp": _json.encode(sorted(block.pairs)).decode(),
+    }
 
 
 class SqliteBase:

@@ -7,13 +7,15 @@ from collections.abc import Sequence
 
 from runq.flow import FlowState, Pause, split_running
 from runq.model import (
+    BudgetBlock,
     Lease,
+    QueuedCount,
     UsageKey,
     UsageTotals,
     new_run_id,
 )
 from runq.store import rows
-from runq.store.sqlite.base import SqliteBase, _json
+from runq.store.sqlite.base import SqliteBase, _blocked_params, _json
 from runq.store.sqlite.connection import Row
 
 
@@ -66,10 +68,12 @@ class SqliteFlow(SqliteBase):
 
         return await self._read(body)
 
-    async def queued_by_component(self) -> list[tuple[str, str, int, int]]:
-        def body(conn: sqlite3.Connection, now: float) -> list[tuple[str, str, int, int]]:
-            found = conn.execute(self._sql.queued_by_component, {"now": now})
-            return [(r[0], r[1], r[2], r[3]) for r in found]
+    async def queued_by_component(self, blocked: BudgetBlock | None = None) -> list[QueuedCount]:
+        params = _blocked_params(blocked)
+
+        def body(conn: sqlite3.Connection, now: float) -> list[QueuedCount]:
+            found = conn.execute(self._sql.queued_by_component, {**params, "now": now})
+            return [QueuedCount(r[0], r[1], r[2], r[3], r[4]) for r in found]
 
         return await self._read(body)
 

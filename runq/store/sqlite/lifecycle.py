@@ -21,7 +21,7 @@ from runq.model import (
 )
 from runq.store import messages, rows
 from runq.store.sqlite import statements as sql
-from runq.store.sqlite.base import SqliteBase, _json
+from runq.store.sqlite.base import SqliteBase, _blocked_params, _json
 from runq.store.sqlite.connection import Row
 
 
@@ -58,9 +58,7 @@ class SqliteLifecycle(SqliteBase):
             "run_id": run_id,
         }
         if block is not None:
-            params["bu"] = _json.encode(sorted(block.users)).decode()
-            params["bc"] = _json.encode(sorted(block.configurations)).decode()
-            params["bp"] = _json.encode(sorted(block.pairs)).decode()
+            params.update(_blocked_params(block))
 
         def body(conn: sqlite3.Connection, now: float) -> list[Row]:
             if self.flow.enabled:

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from runq.flow import NO_CAP
-from runq.store.postgres.statements.common import _ACTIVE, _component_name, _still_running
+from runq.store.postgres.statements.common import (
+    _ACTIVE,
+    _budget_allows,
+    _component_name,
+    _still_running,
+)
 
 
 def _claim_filters(s: str, now: str, first: int) -> str:
@@ -14,18 +19,14 @@ def _claim_filters(s: str, now: str, first: int) -> str:
     The session rule probes runs_session_active_idx: a run waits while an older run of its
     session is not final, or any run of its session is running or paused.
     """
-    ser, users, confs, pu, pc = (f"${first + i}" for i in range(5))
+    ser = f"${first}"
     return f"""
         r.available_at <= {now}
         AND (NOT {ser}::bool OR r.session_id IS NULL OR NOT EXISTS (
             SELECT 1 FROM {s}.runs o
             WHERE o.session_id = r.session_id AND o.status IN ({_ACTIVE})
               AND (o.id < r.id OR o.status <> 'queued')))
-        AND coalesce(r.user_id, '') <> ALL({users}::text[])
-        AND coalesce(r.configuration, '') <> ALL({confs}::text[])
-        AND NOT EXISTS (
-            SELECT 1 FROM unnest({pu}::text[], {pc}::text[]) AS b(u, c)
-            WHERE b.u = coalesce(r.user_id, '') AND b.c = coalesce(r.configuration, ''))
+        AND {_budget_allows(first + 1)}
         AND NOT EXISTS (
             SELECT 1 FROM {s}.pauses p
             WHERE (p.kind = 'deployment' AND p.target = r.deployment_id)

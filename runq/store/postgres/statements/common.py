@@ -42,3 +42,15 @@ def _fenced(verb: str, alias: str = "") -> str:
     fenced(verb)
     p = f"{alias}." if alias else ""
     return f"{p}id = $1 AND {p}attempt = $2 AND {p}locked_by = $3 AND {_still_running(alias)}"
+
+
+def _budget_allows(first: int) -> str:
+    """The budget rule of the claim (true when the run is not blocked): parameters from
+    ``$first`` are the blocked users, configurations, pair users and pair configurations
+    (text[] each; empty = none). Also counts the held runs for the exporter."""
+    users, confs, pu, pc = (f"${first + i}" for i in range(4))
+    return f"""(coalesce(r.user_id, '') <> ALL({users}::text[])
+        AND coalesce(r.configuration, '') <> ALL({confs}::text[])
+        AND NOT EXISTS (
+            SELECT 1 FROM unnest({pu}::text[], {pc}::text[]) AS b(u, c)
+            WHERE b.u = coalesce(r.user_id, '') AND b.c = coalesce(r.configuration, '')))"""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runq.store.postgres.statements.common import _ACTIVE, _component_name
+from runq.store.postgres.statements.common import _ACTIVE, _budget_allows, _component_name
 
 
 def _flow_sql(s: str, now: str) -> dict[str, str]:
@@ -53,11 +53,14 @@ def _flow_sql(s: str, now: str) -> dict[str, str]:
             SELECT EXISTS (SELECT 1 FROM {s}.runs o
             WHERE o.session_id = $2 AND o.status IN ({_ACTIVE}) AND o.id <> $1
               AND (o.id < $1 OR o.status <> 'queued'))""",
-        # Queued runs per (component, deployment): ready now, and delayed.
+        # Queued runs per (component, deployment): ready now, delayed, and the ready ones
+        # the budget excludes ($1-$4 as the claim's blocked parameters).
         "queued_by_component": f"""
             SELECT {_component_name("r")} AS component, r.deployment_id,
                    count(*) FILTER (WHERE r.available_at <= {now}) AS ready,
-                   count(*) FILTER (WHERE r.available_at > {now}) AS delayed
+                   count(*) FILTER (WHERE r.available_at > {now}) AS delayed,
+                   count(*) FILTER (WHERE r.available_at <= {now} AND NOT ({_budget_allows(1)}))
+                       AS budget_held
             FROM {s}.runs r WHERE r.status = 'queued' GROUP BY 1, 2""",
     }
 

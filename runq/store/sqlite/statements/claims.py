@@ -6,7 +6,13 @@ import itertools
 from dataclasses import dataclass
 
 from runq.flow import NO_CAP
-from runq.store.sqlite.statements.common import _ACTIVE_IN, _COMPONENT
+from runq.store.sqlite.statements.common import (
+    _ACTIVE_IN,
+    _BLOCKED_CONFIGURATION,
+    _BLOCKED_PAIR,
+    _BLOCKED_USER,
+    _COMPONENT,
+)
 from runq.store.statements import (
     sources_of,
     target_of,
@@ -76,15 +82,11 @@ def _claim(t: str, shape: ClaimShape) -> str:
             " AND (s.id < r.id OR s.status <> 'queued')))"
         )
     if shape.block_users:
-        filters.append("coalesce(r.user_id, '') NOT IN (SELECT value FROM json_each(:bu))")
+        filters.append(_BLOCKED_USER)
     if shape.block_configurations:
-        filters.append("coalesce(r.configuration, '') NOT IN (SELECT value FROM json_each(:bc))")
+        filters.append(_BLOCKED_CONFIGURATION)
     if shape.block_pairs:
-        filters.append(
-            "NOT EXISTS (SELECT 1 FROM json_each(:bp) p"
-            " WHERE json_extract(p.value, '$[0]') = coalesce(r.user_id, '')"
-            " AND json_extract(p.value, '$[1]') = coalesce(r.configuration, ''))"
-        )
+        filters.append(_BLOCKED_PAIR)
     where = " AND ".join(filters)
     order = "ORDER BY r.priority, r.available_at, r.id LIMIT :slots"
     # Walk the claim index in claim order so LIMIT stops early; one run by id is a

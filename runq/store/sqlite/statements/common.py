@@ -49,3 +49,13 @@ def pragmas(busy_timeout_seconds: float, *, query_only: bool) -> tuple[str, ...]
 
 
 _COMPONENT = "(r.component_type || '/' || r.component_id)"
+
+# The budget rule (``:bu`` users, ``:bc`` configurations, ``:bp`` [user, configuration]
+# pairs, JSON arrays): each holds when the run is NOT blocked.
+_BLOCKED_USER = "coalesce(r.user_id, '') NOT IN (SELECT value FROM json_each(:bu))"
+_BLOCKED_CONFIGURATION = "coalesce(r.configuration, '') NOT IN (SELECT value FROM json_each(:bc))"
+_BLOCKED_PAIR = (
+    "NOT EXISTS (SELECT 1 FROM json_each(:bp) p"
+    " WHERE json_extract(p.value, '$[0]') = coalesce(r.user_id, '')"
+    " AND json_extract(p.value, '$[1]') = coalesce(r.configuration, ''))"
+)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from runq.store.sqlite.statements.common import _ACTIVE_IN, _COMPONENT
+from runq.store.sqlite.statements.common import (
+    _ACTIVE_IN,
+    _BLOCKED_CONFIGURATION,
+    _BLOCKED_PAIR,
+    _BLOCKED_USER,
+    _COMPONENT,
+)
 
 
 def _usage(t: str, u: str) -> dict[str, str]:
@@ -73,9 +79,13 @@ def _flow(t: str, rates: str, pauses: str) -> dict[str, str]:
             f"SELECT EXISTS (SELECT 1 FROM {t} s WHERE s.session_id = :session"
             f" AND s.{_ACTIVE_IN} AND s.id <> :id AND (s.id < :id OR s.status <> 'queued'))"
         ),
+        # Ready, delayed, and the ready runs the budget excludes (:bu, :bc, :bp as in the
+        # claim; '[]' excludes nothing).
         "queued_by_component": (
             f"SELECT {_COMPONENT} AS component, r.deployment_id,"
-            " sum(r.available_at <= :now) AS ready, sum(r.available_at > :now) AS delayed"
+            " sum(r.available_at <= :now) AS ready, sum(r.available_at > :now) AS delayed,"
+            " sum(r.available_at <= :now AND NOT"
+            f" ({_BLOCKED_USER} AND {_BLOCKED_CONFIGURATION} AND {_BLOCKED_PAIR})) AS budget_held"
             f" FROM {t} r WHERE r.status = 'queued' GROUP BY 1, 2"
         ),
     }
