@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from runq.flow import FlowRules, FlowState, GroupRule, Pause, rate_window
 from runq.flow.waits import limit_hold, pause_of
+from runq.model import QueuedCount
 
 
 @dataclass(frozen=True)
@@ -52,15 +53,16 @@ def limits_use(
     rules: FlowRules,
     state: FlowState,
     pauses: Sequence[Pause],
-    queued: Sequence[tuple[str, str, int, int]],
+    queued: Sequence[QueuedCount],
 ) -> tuple[list[GroupUse], list[PauseUse]]:
-    """``queued`` is ``Store.queued_by_component``: (component, deployment, ready, delayed)."""
+    """``queued`` is ``Store.queued_by_component``."""
     n = len(rules.groups)
     running = rules.running_by_group(state.running.items())
     rate_used = rules.rate_used(state.now, state.windows)
     ready, held = [0] * n, [0] * n
     paused_held = {p.id: 0 for p in pauses}
-    for component, deployment, due, _delayed in queued:
+    for count in queued:
+        component, deployment, due = count.component, count.deployment_id, count.ready
         pause = pause_of(pauses, component, deployment or None)
         if pause is not None:
             paused_held[pause.id] += due

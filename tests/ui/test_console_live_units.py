@@ -8,7 +8,7 @@ import pytest
 
 from runq.config import LimitConfig
 from runq.flow import FlowRules, FlowState, Pause
-from runq.model import Actor, Page, Run, Status
+from runq.model import Actor, Page, QueuedCount, Run, Status
 from runq.ui.chart import HEIGHT, MINUTES, ThroughputCache, throughput_from_rows
 from runq.ui.limits import limits_use
 from runq.ui.live_runs import ChangeHint, ListingCache, page_version
@@ -180,10 +180,10 @@ def test_limits_use_sums_running_held_and_paused_per_group() -> None:
         id="p1", kind="deployment", target="gpu", reason=None, created_by=None, created_at=1.0
     )
     queued = [
-        ("task/sleep", "", 3, 1),
-        ("task/echo", "", 4, 0),
-        ("task/echo", "gpu", 2, 0),  # held by the pause, not the rate
-        ("other/x", "", 9, 0),  # in no group
+        QueuedCount("task/sleep", "", 3, 1),
+        QueuedCount("task/echo", "", 4, 0),
+        QueuedCount("task/echo", "gpu", 2, 0),  # held by the pause, not the rate
+        QueuedCount("other/x", "", 9, 0),  # in no group
     ]
     groups, pauses = limits_use(rules, state, [pause], queued)
     by = {g.rule.pattern: g for g in groups}
