@@ -138,6 +138,11 @@ HELD_RUNS = Gauge(
     ["reason"],
     registry=REGISTRY,
 )
+PAUSE_ALERT_AGE = Gauge(
+    "runq_pause_alert_age_seconds",
+    "[queue] pause_alert_age_seconds: the pause age RunqPauseForgotten alerts on.",
+    registry=REGISTRY,
+)
 PAUSE_AGE = Gauge(
     "runq_pause_age_seconds",
     "Age of each active fleet-wide pause, by kind (component, deployment) and target.",

@@ -35,6 +35,9 @@ class QueueConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     deployment_id: str = ""
     serialize_sessions: bool = True
     worker: bool = True
+    #: A fleet-wide pause older than this is reported as forgotten (the
+    #: ``RunqPauseForgotten`` alert compares ``runq_pause_age_seconds`` with it).
+    pause_alert_age_seconds: float = 14400.0
 
     @property
     def heartbeat_interval(self) -> float:
@@ -64,6 +67,7 @@ def _validate_queue(q: QueueConfig) -> None:
     _require(q.max_attempts >= 1, "queue.max_attempts", f"{q.max_attempts} must be >= 1")
     _require(q.retry_delay_seconds >= 0, "queue.retry_delay_seconds", "must be >= 0")
     _require(q.timeout_seconds > 0, "queue.timeout_seconds", "must be > 0")
+    _require(q.pause_alert_age_seconds > 0, "queue.pause_alert_age_seconds", "must be > 0")
     _require(
         0 < q.max_timeout_seconds <= MAX_TIMEOUT_LIMIT,
         "queue.max_timeout_seconds",

@@ -24,6 +24,7 @@ from runq.metrics import (
     LIVE_WORKERS,
     OLDEST_QUEUED_AGE,
     PAUSE_AGE,
+    PAUSE_ALERT_AGE,
     REGISTRY,
     RUNS,
     STORE_ERRORS,
@@ -48,6 +49,8 @@ class ExporterConfig:
     cache_seconds: float
     #: The caps whose holds ``runq_held_runs{reason="budget"}`` counts.
     budget: BudgetConfig = field(default_factory=BudgetConfig)
+    #: The pause age that counts as forgotten, exported for the alert rule to compare.
+    pause_alert_age_seconds: float = float("inf")
 
     @classmethod
     def from_config(cls, config: Config) -> ExporterConfig:
@@ -57,6 +60,7 @@ class ExporterConfig:
             worker_max_age_seconds=q.live_worker_seconds,
             cache_seconds=CACHE_SECONDS,
             budget=config.budget,
+            pause_alert_age_seconds=q.pause_alert_age_seconds,
         )
 
 
@@ -64,6 +68,7 @@ class Exporter:
     def __init__(self, store: Store, config: ExporterConfig) -> None:
         self.store = store
         self.config = config
+        PAUSE_ALERT_AGE.set(config.pause_alert_age_seconds)
         self._refreshed_at = float("-inf")
         self._lock = anyio.Lock()
         self._deployments: set[str] = set()
