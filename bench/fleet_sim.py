@@ -186,6 +186,18 @@ async def tuple_counts(con: asyncpg.Connection) -> dict[str, dict[str, int]]:
     return {r["relname"]: {k: int(r[k]) for k in list(r.keys())[1:]} for r in rows}
 
 
+def per_run(
+    before: dict[str, dict[str, int]], after: dict[str, dict[str, int]], n: int
+) -> dict[str, dict[str, float]]:
+    """Row changes per completed run, for the tables that changed."""
+    out = {}
+    for table, counts in before.items():
+        changed = {k: round((after[table][k] - v) / n, 3) for k, v in counts.items()}
+        if any(changed.values()):
+            out[table] = changed
+    return out
+
+
 def clean_workdir(workdir: Path) -> Path:
     workdir.mkdir(parents=True, exist_ok=True)
     for old in workdir.glob("counts_*.json"):
@@ -270,10 +282,7 @@ async def fleet(args: argparse.Namespace) -> dict[str, Any]:
         "peak_connections": sampler.peak_connections,
         "peak_connections_by_state": sampler.peak_by_state,
         "xacts_per_1k_runs": round((x1 - x0) / n * 1000, 1),
-        "tuples_per_run": {
-            table: {k: round((tuples1[table][k] - v) / n, 3) for k, v in counts0.items()}
-            for table, counts0 in tuples0.items()
-        },
+        "tuples_per_run": per_run(tuples0, tuples1, n),
         "statements": statements,
         "statements_per_run": round(statements["total"] / n, 3) if statements else None,
         "load_mean": round(sum(sampler.loads) / len(sampler.loads), 2),

@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 from fleet_sim import drop_database, dsn_for, fresh_database
 from runq_bench import bulk_submit, inproc_worker, write_config
+from soak import autovacuum_like
 
 from runq.config import Config, load_config
 from runq.metrics import RUNS_FINISHED
@@ -159,6 +160,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         t_before = await table_stats(con)
         base = finished()
         stop = asyncio.Event()
+        vacuums: list[dict[str, float]] = []
+        vacuumer = (
+            asyncio.create_task(autovacuum_like(db_dsn, args.vacuum_naptime, vacuums))
+            if args.vacuum_naptime
+            else None
+        )
         async with inproc_worker(config):
             probe_task = asyncio.create_task(probes(q, args.probe_rate, stop))
             start = time.time()
@@ -187,6 +194,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             n_probes = await probe_task
             if holder is not None:
                 await holder
+            if vacuumer is not None:
+                vacuumer.cancel()
         t_after = await table_stats(con)
         latencies = await con.fetch(
             "SELECT created_at, started_at - created_at AS wait FROM runq.runs "
@@ -201,6 +210,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "n_dead_tup_at_hold_end": marks.get("dead_at_hold_end"),
     }
     result["plans"] = plan_times
+    result["vacuums"] = [{**v, "at": round(v["at"] - marks["hold_start"], 1)} for v in vacuums]
     if args.samples:
         write_samples(args.samples, samples, marks)
     if not args.keep:
@@ -297,6 +307,12 @@ def main() -> None:
     p.add_argument("--after", type=float, default=60)
     p.add_argument("--probe-rate", type=float, default=20)
     p.add_argument("--samples", type=Path, default=None)
+    p.add_argument(
+        "--vacuum-naptime",
+        type=float,
+        default=0,
+        help="emulate autovacuum (off on the bench machine) with this naptime, seconds",
+    )
     p.add_argument("--keep", action="store_true")
     p.add_argument("--logdir", default="/tmp/runq-heldtx")
     common.emit(asyncio.run(run(p.parse_args())))

@@ -142,7 +142,8 @@ async def autovacuum_like(dsn: str, naptime: float, log: list[dict[str, float]])
             if dead > VACUUM_THRESHOLD:
                 t0 = time.monotonic()
                 await con.execute("VACUUM ANALYZE runq.runs")
-                log.append({"dead": dead, "seconds": round(time.monotonic() - t0, 2)})
+                took = round(time.monotonic() - t0, 2)
+                log.append({"at": time.time() - took, "dead": dead, "seconds": took})
                 print(f"  vacuum: {dead:,} dead, {log[-1]['seconds']} s", flush=True)
     finally:
         await con.close()
@@ -172,7 +173,7 @@ def summarize(
     tenth = max(len(samples) // 10, 1)
     r = [rate for _, rate in rates(samples)]
     first, last = statistics.mean(r[:tenth]), statistics.mean(r[-tenth:])
-    plot(args.png, samples, f"runq soak: {args.runs:,} runs, {args.slots} slots")
+    plot(args.png, samples, f"runq soak: {args.runs:,} runs, {args.slots} slots", loads)
     return {
         "runs": args.runs,
         "submit_rate": round(submit_rate, 1),
@@ -198,7 +199,12 @@ def summarize(
 # -- the plot ----------------------------------------------------------------------------------
 
 
-def plot(path: Path, samples: list[tuple[float, float, float]], title: str) -> None:
+def plot(
+    path: Path,
+    samples: list[tuple[float, float, float]],
+    title: str,
+    loads: list[float] | None = None,
+) -> None:
     times = [t for t, _, _ in samples]
     rate = [x for _, x in rates(samples)]
     rss = [m for _, _, m in samples]
@@ -213,6 +219,11 @@ def plot(path: Path, samples: list[tuple[float, float, float]], title: str) -> N
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
     top.plot(times, rate)
     top.set_ylabel("runs/s")
+    if loads:
+        # The machine is shared: the load average explains much of the rate's swings.
+        load_axis = top.twinx()
+        load_axis.plot(times, loads, color="tab:gray", linewidth=0.8)
+        load_axis.set_ylabel("load average (1 min), grey")
     top.set_title(title)
     bottom.plot(times, rss, color="tab:red")
     bottom.set_ylabel("worker RSS, MB")
@@ -264,9 +275,14 @@ def png_plot(path: Path, xs: list[float], series: list[list[float]]) -> None:
     )
 
 
+def replot(samples_json: Path, png: Path, title: str) -> None:
+    data = json.loads(samples_json.read_text())
+    plot(png, [tuple(s) for s in data["samples"]], title, data.get("loads"))  # type: ignore[misc]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--dsn", required=True, help="an empty database")
+    p.add_argument("--dsn", default="", help="an empty database")
     p.add_argument("--runs", type=int, default=1_000_000)
     p.add_argument("--slots", type=int, default=16)
     p.add_argument("--png", type=Path, default=common.BENCH_DIR / "results" / "soak.png")
@@ -280,7 +296,12 @@ def main() -> None:
     p.add_argument(
         "--samples", type=Path, default=None, help="also write every sample to this JSON file"
     )
+    p.add_argument("--replot", type=Path, default=None, help="only redraw --png from this JSON")
+    p.add_argument("--title", default="runq soak: 1,000,000 runs, 16 slots")
     args = p.parse_args()
+    if args.replot:
+        replot(args.replot, args.png, args.title)
+        return
     common.emit(asyncio.run(soak(args, prepare(args))))
 
 
