@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import struct
@@ -23,6 +24,8 @@ import time
 import zlib
 from pathlib import Path
 from typing import Any
+
+import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
@@ -34,6 +37,14 @@ from runq.queue import Queue
 from runq.seal import generate_key
 
 SAMPLE_SECONDS = 1.0
+#: Every this many samples the run table's live/dead tuples are read (one cheap statement).
+TABLE_EVERY = 10
+#: The migration's autovacuum_vacuum_threshold for the run table (scale factor 0).
+VACUUM_THRESHOLD = 5000
+TABLE_SQL = (
+    "SELECT n_live_tup, n_dead_tup, pg_total_relation_size(relid) FROM pg_stat_user_tables "
+    "WHERE schemaname = 'runq' AND relname = 'runs'"
+)
 RETENTION_SECONDS = 30.0
 RETENTION_INTERVAL_SECONDS = 10.0
 
@@ -72,18 +83,76 @@ async def soak(args: argparse.Namespace, config: Config) -> dict[str, Any]:
         submit_rate = await bulk_submit(q, "noop", args.runs, 10_000)
         print(f"submitted {args.runs:,} at {submit_rate:,.0f}/s", flush=True)
     samples: list[tuple[float, float, float]] = []  # (seconds, runs finished, RSS MB)
+    loads: list[float] = []  # 1-minute load average at each sample
+    tables: list[dict[str, float]] = []  # the run table every TABLE_EVERY samples
     base = finished()
-    async with inproc_worker(config):
-        t0 = time.monotonic()
+    watcher = await asyncpg.connect(args.dsn)
+    vacuums: list[dict[str, float]] = []
+    vacuumer = (
+        asyncio.create_task(autovacuum_like(args.dsn, args.vacuum_naptime, vacuums))
+        if args.vacuum_naptime
+        else None
+    )
+    try:
+        async with inproc_worker(config):
+            t0 = time.monotonic()
+            while True:
+                await asyncio.sleep(SAMPLE_SECONDS)
+                done = finished() - base
+                samples.append((time.monotonic() - t0, done, rss_mb()))
+                loads.append(os.getloadavg()[0])
+                if len(samples) % TABLE_EVERY == 0:
+                    tables.append(await table_sample(watcher, samples[-1][0]))
+                if len(samples) % 30 == 0:
+                    print(
+                        f"  {done:,.0f} / {args.runs:,} after {samples[-1][0]:.0f} s, "
+                        f"load {loads[-1]:.1f}, table {tables[-1]}",
+                        flush=True,
+                    )
+                if done >= args.runs:
+                    break
+    finally:
+        if vacuumer is not None:
+            vacuumer.cancel()
+        await watcher.close()
+    if args.samples:
+        args.samples.write_text(
+            json.dumps({"samples": samples, "loads": loads, "tables": tables, "vacuums": vacuums})
+        )
+    result = summarize(args, samples, submit_rate, loads, tables)
+    result["vacuums"] = len(vacuums)
+    result["vacuum_seconds"] = round(sum(v["seconds"] for v in vacuums), 1)
+    return result
+
+
+async def autovacuum_like(dsn: str, naptime: float, log: list[dict[str, float]]) -> None:
+    """What autovacuum would do with the migration's per-table settings, for a server
+    where it is off: every ``naptime`` seconds (autovacuum_naptime), ``VACUUM ANALYZE``
+    the run table when it has more than 5,000 dead tuples (autovacuum_vacuum_threshold
+    with scale factor 0, cost delay 0)."""
+    con = await asyncpg.connect(dsn)
+    try:
         while True:
-            await asyncio.sleep(SAMPLE_SECONDS)
-            done = finished() - base
-            samples.append((time.monotonic() - t0, done, rss_mb()))
-            if len(samples) % 30 == 0:
-                print(f"  {done:,.0f} / {args.runs:,} after {samples[-1][0]:.0f} s", flush=True)
-            if done >= args.runs:
-                break
-    return summarize(args, samples, submit_rate)
+            await asyncio.sleep(naptime)
+            await con.execute("SELECT pg_stat_clear_snapshot()")
+            dead = await con.fetchval(
+                "SELECT n_dead_tup FROM pg_stat_user_tables "
+                "WHERE schemaname = 'runq' AND relname = 'runs'"
+            )
+            if dead > VACUUM_THRESHOLD:
+                t0 = time.monotonic()
+                await con.execute("VACUUM ANALYZE runq.runs")
+                took = round(time.monotonic() - t0, 2)
+                log.append({"at": time.time() - took, "dead": dead, "seconds": took})
+                print(f"  vacuum: {dead:,} dead, {log[-1]['seconds']} s", flush=True)
+    finally:
+        await con.close()
+
+
+async def table_sample(con: asyncpg.Connection, t: float) -> dict[str, float]:
+    await con.execute("SELECT pg_stat_clear_snapshot()")
+    live, dead, size = await con.fetchrow(TABLE_SQL)
+    return {"t": round(t, 1), "live": live, "dead": dead, "mb": round(size / 1e6, 1)}
 
 
 def rates(samples: list[tuple[float, float, float]]) -> list[tuple[float, float]]:
@@ -95,12 +164,16 @@ def rates(samples: list[tuple[float, float, float]]) -> list[tuple[float, float]
 
 
 def summarize(
-    args: argparse.Namespace, samples: list[tuple[float, float, float]], submit_rate: float
+    args: argparse.Namespace,
+    samples: list[tuple[float, float, float]],
+    submit_rate: float,
+    loads: list[float],
+    tables: list[dict[str, float]],
 ) -> dict[str, Any]:
     tenth = max(len(samples) // 10, 1)
     r = [rate for _, rate in rates(samples)]
     first, last = statistics.mean(r[:tenth]), statistics.mean(r[-tenth:])
-    plot(args.png, samples, f"runq soak: {args.runs:,} runs, {args.slots} slots")
+    plot(args.png, samples, f"runq soak: {args.runs:,} runs, {args.slots} slots", loads)
     return {
         "runs": args.runs,
         "submit_rate": round(submit_rate, 1),
@@ -111,6 +184,14 @@ def summarize(
         "rss_mb_start": round(samples[0][2], 1),
         "rss_mb_end": round(samples[-1][2], 1),
         "rss_mb_max": round(max(s[2] for s in samples), 1),
+        "rss_mb_first_tenth": round(statistics.mean(s[2] for s in samples[:tenth]), 1),
+        "rss_mb_last_tenth": round(statistics.mean(s[2] for s in samples[-tenth:]), 1),
+        "load_first_tenth": round(statistics.mean(loads[:tenth]), 2),
+        "load_last_tenth": round(statistics.mean(loads[-tenth:]), 2),
+        "load_mean": round(statistics.mean(loads), 2),
+        "table_first": tables[0] if tables else None,
+        "table_last": tables[-1] if tables else None,
+        "table_max_dead": max((t["dead"] for t in tables), default=None),
         "png": str(args.png),
     }
 
@@ -118,7 +199,12 @@ def summarize(
 # -- the plot ----------------------------------------------------------------------------------
 
 
-def plot(path: Path, samples: list[tuple[float, float, float]], title: str) -> None:
+def plot(
+    path: Path,
+    samples: list[tuple[float, float, float]],
+    title: str,
+    loads: list[float] | None = None,
+) -> None:
     times = [t for t, _, _ in samples]
     rate = [x for _, x in rates(samples)]
     rss = [m for _, _, m in samples]
@@ -133,6 +219,11 @@ def plot(path: Path, samples: list[tuple[float, float, float]], title: str) -> N
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
     top.plot(times, rate)
     top.set_ylabel("runs/s")
+    if loads:
+        # The machine is shared: the load average explains much of the rate's swings.
+        load_axis = top.twinx()
+        load_axis.plot(times, loads, color="tab:gray", linewidth=0.8)
+        load_axis.set_ylabel("load average (1 min), grey")
     top.set_title(title)
     bottom.plot(times, rss, color="tab:red")
     bottom.set_ylabel("worker RSS, MB")
@@ -184,14 +275,33 @@ def png_plot(path: Path, xs: list[float], series: list[list[float]]) -> None:
     )
 
 
+def replot(samples_json: Path, png: Path, title: str) -> None:
+    data = json.loads(samples_json.read_text())
+    plot(png, [tuple(s) for s in data["samples"]], title, data.get("loads"))  # type: ignore[misc]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--dsn", required=True, help="an empty database")
+    p.add_argument("--dsn", default="", help="an empty database")
     p.add_argument("--runs", type=int, default=1_000_000)
     p.add_argument("--slots", type=int, default=16)
     p.add_argument("--png", type=Path, default=common.BENCH_DIR / "results" / "soak.png")
     p.add_argument("--logdir", default="/tmp/runq-soak")
+    p.add_argument(
+        "--vacuum-naptime",
+        type=float,
+        default=0,
+        help="emulate autovacuum (off on the bench machine) with this naptime, seconds",
+    )
+    p.add_argument(
+        "--samples", type=Path, default=None, help="also write every sample to this JSON file"
+    )
+    p.add_argument("--replot", type=Path, default=None, help="only redraw --png from this JSON")
+    p.add_argument("--title", default="runq soak: 1,000,000 runs, 16 slots")
     args = p.parse_args()
+    if args.replot:
+        replot(args.replot, args.png, args.title)
+        return
     common.emit(asyncio.run(soak(args, prepare(args))))
 
 
