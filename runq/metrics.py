@@ -84,6 +84,12 @@ UNOPENABLE_RUNS = Counter(
     registry=REGISTRY,
 )
 LIVE_WORKERS = Gauge("runq_live_workers", "Workers seen recently.", registry=REGISTRY)
+FLEET_SETTINGS_DIVERGENT = Gauge(
+    "runq_fleet_settings_divergent",
+    "1 when live workers run with different values of this fleet-wide setting, else 0.",
+    ["setting"],
+    registry=REGISTRY,
+)
 EXPIRED_LEASES = Gauge(
     "runq_expired_leases", "Running runs whose lease is stale.", registry=REGISTRY
 )

@@ -289,6 +289,8 @@ class Stats(msgspec.Struct, kw_only=True):
     oldest_queued_age_seconds: float | None
     #: Active fleet-wide pauses, oldest first.
     pauses: list[Pause] = []
+    #: Fleet-wide settings on which live workers disagree (docs/operations.md).
+    fleet_divergences: list[SettingDivergence] = []
 
 
 class Pause(msgspec.Struct, frozen=True, kw_only=True):
@@ -346,6 +348,45 @@ class WorkerInfo(msgspec.Struct, kw_only=True):
     deployment_id: str | None
     started_at: float = 0.0
     last_seen_at: float = 0.0
+    #: The fleet-wide settings this worker runs with (``QueueConfig.fleet_settings``); empty
+    #: for a row written by a runq that did not record them.
+    settings: dict[str, float] = {}
+
+
+class SettingValue(msgspec.Struct, frozen=True, kw_only=True):
+    """One value of a diverging setting and the live workers that run with it."""
+
+    value: float
+    workers: list[str]
+
+
+class SettingDivergence(msgspec.Struct, frozen=True, kw_only=True):
+    """A fleet-wide setting that live workers do not agree on."""
+
+    setting: str
+    values: list[SettingValue]
+
+    def describe(self) -> str:
+        shown = ", ".join(f"{v.value:g} on {', '.join(v.workers)}" for v in self.values)
+        return f"{self.setting} differs across live workers: {shown}"
+
+
+def fleet_divergences(workers: Iterable[WorkerInfo]) -> list[SettingDivergence]:
+    """Each recorded setting with more than one value among ``workers`` (pass live ones
+    only: a dead worker's row says nothing about the fleet now), by setting name, values
+    ascending. Workers that recorded no settings are left out."""
+    by_setting: dict[str, dict[float, list[str]]] = {}
+    for worker in workers:
+        for name, value in worker.settings.items():
+            by_setting.setdefault(name, {}).setdefault(value, []).append(worker.id)
+    return [
+        SettingDivergence(
+            setting=name,
+            values=[SettingValue(value=v, workers=sorted(ids)) for v, ids in sorted(seen.items())],
+        )
+        for name, seen in sorted(by_setting.items())
+        if len(seen) > 1
+    ]
 
 
 class JobView(msgspec.Struct, kw_only=True):
@@ -375,6 +416,9 @@ class JobView(msgspec.Struct, kw_only=True):
     #: A queued job's reason for waiting, when it has one.
     waiting: WaitReason | None = None
     concurrency_key: str | None = None
+    #: The handler's full error text, sealed at rest; only ``GET /queue/jobs/{id}`` and
+    #: ``runq jobs show`` fill it in (``error`` is what ``[privacy] level`` keeps).
+    error_detail: str | None = None
 
     @classmethod
     def from_run(cls, run: Run) -> JobView:

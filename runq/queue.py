@@ -42,6 +42,7 @@ from runq.model import (
     SubmitResult,
     UniqueSpec,
     WaitReason,
+    fleet_divergences,
 )
 from runq.store import open_store
 from runq.store.base import Store
@@ -430,6 +431,10 @@ class Queue:
     async def get(self, run_id: str) -> Run | None:
         return await self.store.get(run_id)
 
+    async def error_detail(self, run_id: str) -> str | None:
+        """The run's full error text, opened from its sealed column: admins only."""
+        return await self.store.error_detail(run_id)
+
     async def wait(self, run_id: str, timeout: float | None = None) -> Run:  # noqa: ASYNC109
         """The run once it is final or paused, or as it is after ``timeout`` seconds.
         Raises ``NotFound`` for an unknown run."""
@@ -502,6 +507,8 @@ class Queue:
     async def stats(self) -> Stats:
         stats = await self.store.stats()
         stats.pauses = await self.store.list_pauses()
+        live = await self.store.list_workers(max_age_seconds=self.config.queue.live_worker_seconds)
+        stats.fleet_divergences = fleet_divergences(live)
         return stats
 
     async def why_waiting(self, run: Run) -> WaitReason | None:

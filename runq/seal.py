@@ -1,4 +1,5 @@
-"""Sealing of payload, answer and resume state at rest (AES-256-GCM), and the key ring.
+"""Sealing of payload, answer, resume state and error detail at rest (AES-256-GCM), and the
+key ring.
 
 A sealed value is ``b"rq1" + key_id(8) + nonce(12) + ciphertext+tag``. The associated
 data binds it to its column and run id, so a value copied into another column or
@@ -29,7 +30,7 @@ HEADER_BYTES = len(MAGIC) + KEY_ID_BYTES + NONCE_BYTES
 KEY_BYTES = 32
 
 #: Columns that hold sealed values; the name is part of the associated data.
-SEALED_COLUMNS = ("payload", "answer", "resume_state", "decision")
+SEALED_COLUMNS = ("payload", "answer", "resume_state", "decision", "error_detail")
 
 
 class Sealer(Protocol):

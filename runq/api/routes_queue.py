@@ -71,6 +71,10 @@ async def list_jobs(
 @get(
     "/jobs/{job_id:str}",
     summary="One job",
+    description=(
+        "Every field, a queued job's reason for waiting, and `error_detail`: the handler's "
+        "whole error message, kept sealed whatever `[privacy] level` left in `error`."
+    ),
     responses=error_responses(400, 404, *_GUARDED),
 )
 async def get_job(job_id: JobId, services: Services) -> JobView:
@@ -79,6 +83,9 @@ async def get_job(job_id: JobId, services: Services) -> JobView:
         raise NotFound("no such job")
     view = JobView.from_run(run)
     view.waiting = await services.queue.why_waiting(run)
+    # The whole error text: this router is admin-only (the guards below), and GET /runs
+    # never reads the column.
+    view.error_detail = await services.queue.error_detail(run.id)
     return view
 
 

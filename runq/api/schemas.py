@@ -163,6 +163,8 @@ class RunOut(Struct, kw_only=True):
         view = JobView.from_run(run)
         fields = msgspec.structs.asdict(view)
         fields.pop("payload")
+        # The sealed full error text is for admins on /queue only: GET /runs never has it.
+        fields.pop("error_detail")
         out = cls(
             **fields, cancel_requested=run.cancel_requested, timeout_seconds=run.timeout_seconds
         )

@@ -96,18 +96,21 @@ async def _one(
 @click.option("--json", "as_json", is_flag=True)
 @common_options
 def jobs_show(cli_ctx: CliContext, run_id: str, as_json: bool) -> None:
-    """One run, all fields, and a queued run's reason for waiting."""
+    """One run, all fields, a queued run's reason for waiting, and the handler's whole
+    error message (error_detail, opened from its sealed column: the CLI is the operator)."""
 
-    async def go() -> tuple[Run | None, WaitReason | None]:
+    async def go() -> tuple[Run | None, WaitReason | None, str | None]:
         async with cli_ctx.queue() as q:
             run = await q.get(await resolve_run_id(q.store, run_id))
-            return run, (await q.why_waiting(run) if run is not None else None)
+            if run is None:
+                return None, None, None
+            return run, await q.why_waiting(run), await q.error_detail(run.id)
 
-    run, waiting = run_async(go)
+    run, waiting, detail = run_async(go)
     if run is None:
         click.echo(f"runq: no run {run_id}", err=True)
         sys.exit(1)
-    print_run(run, as_json, waiting=waiting)
+    print_run(run, as_json, waiting=waiting, error_detail=detail)
 
 
 @jobs.command("requeue")

@@ -67,9 +67,16 @@ def job_row(run: Run) -> list[Text]:
     return [cell(text) for text in texts]
 
 
-def print_run(run: Run, as_json: bool, *, waiting: WaitReason | None = None) -> None:
+def print_run(
+    run: Run,
+    as_json: bool,
+    *,
+    waiting: WaitReason | None = None,
+    error_detail: str | None = None,
+) -> None:
     if as_json:
-        echo_json({**msgspec.to_builtins(run), "waiting": msgspec.to_builtins(waiting)})
+        body = msgspec.to_builtins(run)
+        echo_json({**body, "waiting": msgspec.to_builtins(waiting), "error_detail": error_detail})
         return
     from rich.table import Table
 
@@ -79,6 +86,7 @@ def print_run(run: Run, as_json: bool, *, waiting: WaitReason | None = None) -> 
     view = msgspec.to_builtins(JobView.from_run(run))
     view["answer"] = run.answer
     view["waiting"] = waiting.message if waiting is not None else None
+    view["error_detail"] = error_detail
     for key, value in view.items():
         if key.endswith("_at") and isinstance(value, int | float):
             value = f"{format_time(value)} ({value:.3f})"

@@ -20,10 +20,16 @@ from runq.cli.options import (
 from runq.cli.pauses import print_pauses
 from runq.cli.render import cell, echo_json, new_console, printable
 from runq.errors import ConfigError
-from runq.model import Pause, QueueHealth, Status
+from runq.model import Pause, QueueHealth, SettingDivergence, Status, fleet_divergences
 
 
-def _problems(health: QueueHealth, *, max_queue_wait: float, minimum_workers: int) -> list[str]:
+def _problems(
+    health: QueueHealth,
+    divergences: list[SettingDivergence],
+    *,
+    max_queue_wait: float,
+    minimum_workers: int,
+) -> list[str]:
     problems = []
     if health.expired_leases:
         problems.append(f"{health.expired_leases} running run(s) have an expired lease")
@@ -32,6 +38,9 @@ def _problems(health: QueueHealth, *, max_queue_wait: float, minimum_workers: in
         problems.append(f"the oldest queued run has waited {age:.0f}s (> {max_queue_wait:g}s)")
     if health.live_workers < minimum_workers:
         problems.append(f"{health.live_workers} live worker(s) (< {minimum_workers})")
+    # A fleet-wide setting the live workers disagree on acts on each other's runs (a
+    # shorter lock grace reaps a peer's live leases): unhealthy until rolled out alike.
+    problems.extend(d.describe() for d in divergences)
     return problems
 
 
@@ -91,15 +100,16 @@ def status_cmd(
     lock_grace = cli_ctx.config.queue.lock_grace_seconds
     live_within = worker_max_age or cli_ctx.config.queue.live_worker_seconds
 
-    async def go() -> tuple[QueueHealth, list[Pause]]:
+    async def go() -> tuple[QueueHealth, list[Pause], list[SettingDivergence]]:
         async with cli_ctx.queue() as q:
             result: QueueHealth = await q.store.health(
                 lock_grace_seconds=lock_grace, worker_max_age_seconds=live_within
             )
-            return result, await q.store.list_pauses()
+            live = await q.store.list_workers(max_age_seconds=live_within)
+            return result, await q.store.list_pauses(), fleet_divergences(live)
 
     try:
-        health, pauses = run_async(go)
+        health, pauses, divergences = run_async(go)
     except BaseException as e:
         if first_error(e, ConfigError) is not None or isinstance(e, KeyboardInterrupt):
             raise
@@ -109,7 +119,9 @@ def status_cmd(
             traceback.print_exception(e)
         click.echo(f"runq: database unreadable: {leaf}", err=True)
         sys.exit(EXIT_UNHEALTHY)
-    problems = _problems(health, max_queue_wait=max_queue_wait, minimum_workers=minimum_workers)
+    problems = _problems(
+        health, divergences, max_queue_wait=max_queue_wait, minimum_workers=minimum_workers
+    )
     if as_json:
         body = msgspec.to_builtins(health)
         echo_json(
@@ -118,6 +130,7 @@ def status_cmd(
                 "problems": problems,
                 **body,
                 "pauses": msgspec.to_builtins(pauses),
+                "fleet_divergences": msgspec.to_builtins(divergences),
             }
         )
     else:

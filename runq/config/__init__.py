@@ -27,7 +27,7 @@ from runq.config.limits import (
 )
 from runq.config.loading import load_config, read_toml
 from runq.config.privacy import PRIVACY_LEVELS, PrivacyConfig
-from runq.config.queue import TRANSPORTS, QueueConfig, ReaperConfig
+from runq.config.queue import FLEET_SETTINGS, TRANSPORTS, QueueConfig, ReaperConfig
 from runq.config.root import CliConfig, Config, SealConfig
 from runq.config.schedules import SCHEDULE_CATCH_UPS, SCHEDULE_OVERLAPS, ScheduleConfig
 from runq.config.services import (
@@ -47,6 +47,7 @@ __all__ = [
     "BUDGET_SCOPES",
     "COMPONENT_KINDS",
     "COMPONENT_PATTERN_RE",
+    "FLEET_SETTINGS",
     "JWT_ALGORITHMS",
     "LIVE_WORKER_HEARTBEATS",
     "PRIVACY_LEVELS",

@@ -11,6 +11,16 @@ TRANSPORTS = ("sync", "local", "postgres")
 #: The ceiling of ``[queue] max_timeout_seconds`` (a year): past it a deadline is no deadline.
 MAX_TIMEOUT_LIMIT = 366 * 86400.0
 
+#: ``[queue]`` keys every replica sharing a database must set alike (docs/operations.md,
+#: "Fleet-wide settings"): each worker records its values, and a difference is reported.
+FLEET_SETTINGS = (
+    "lock_grace_seconds",
+    "stop_timeout_seconds",
+    "retention_seconds",
+    "max_attempts",
+    "timeout_seconds",
+)
+
 
 class QueueConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_attempts: int = 1
@@ -57,6 +67,18 @@ class QueueConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     @property
     def deployment(self) -> str | None:
         return self.deployment_id or None
+
+    def fleet_settings(self) -> dict[str, float]:
+        """The ``FLEET_SETTINGS`` as this replica applies them (the stop timeout as derived
+        when unset), recorded in the workers table for peers to compare."""
+        applied = {
+            "lock_grace_seconds": self.lock_grace_seconds,
+            "stop_timeout_seconds": self.effective_stop_timeout,
+            "retention_seconds": self.retention_seconds,
+            "max_attempts": self.max_attempts,
+            "timeout_seconds": self.timeout_seconds,
+        }
+        return {name: float(applied[name]) for name in FLEET_SETTINGS}
 
 
 class ReaperConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

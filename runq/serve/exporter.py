@@ -1,9 +1,9 @@
 """Prometheus text for ``GET /metrics``: process counters plus gauges read from the database.
 
 The DB-derived gauges (runs by status, oldest queued age per deployment, expired leases,
-live workers) come from one ``store.health`` pass, cached for a few seconds so a scrape
-storm never becomes a query storm. When the database does not answer, the last values are
-served and the error is counted.
+live workers, fleet settings that diverge) come from one ``store.health`` pass and a few
+grouped reads, cached for a few seconds so a scrape storm never becomes a query storm.
+When the database does not answer, the last values are served and the error is counted.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ import anyio
 from prometheus_client import generate_latest
 
 from runq.budget import BudgetGate
-from runq.config import BudgetConfig, Config
+from runq.config import FLEET_SETTINGS, BudgetConfig, Config
 from runq.flow.waits import held_counts
 from runq.log import get_logger
 from runq.metrics import (
     EXPIRED_LEASES,
+    FLEET_SETTINGS_DIVERGENT,
     HELD_RUNS,
     LIVE_WORKERS,
     OLDEST_QUEUED_AGE,
@@ -29,7 +30,7 @@ from runq.metrics import (
     RUNS,
     STORE_ERRORS,
 )
-from runq.model import QueueHealth, Status
+from runq.model import QueueHealth, Status, WorkerInfo, fleet_divergences
 from runq.store.base import Store
 
 log = get_logger(__name__)
@@ -103,6 +104,7 @@ class Exporter:
         pauses = await store.list_pauses()
         state = await store.flow_state()
         workers = await store.list_workers(max_age_seconds=self.config.worker_max_age_seconds)
+        _apply_fleet_settings(workers)
         served = {w.deployment_id for w in workers if w.deployment_id}
         blocked = await self._budget.blocked() if self._budget.enabled else None
         queued = await store.queued_by_component(blocked)
@@ -128,3 +130,12 @@ class Exporter:
     async def render(self) -> bytes:
         await self.refresh()
         return bytes(generate_latest(REGISTRY))
+
+
+def _apply_fleet_settings(live: list[WorkerInfo]) -> None:
+    """``runq_fleet_settings_divergent{setting}``: 1 for each fleet-wide setting on which
+    the live workers disagree, 0 for the others (every setting always has a series, so an
+    alert can tell "agreed" from "not exported")."""
+    divergent = {d.setting for d in fleet_divergences(live)}
+    for name in FLEET_SETTINGS:
+        FLEET_SETTINGS_DIVERGENT.labels(setting=name).set(1 if name in divergent else 0)

@@ -5,7 +5,7 @@ affected rows decide the winner; the loser changes nothing. Writes of a worker a
 fenced on ``(id, attempt, locked_by, status = 'running')``. Lease arithmetic and every
 timestamp use the database clock (plus ``clock_offset_seconds``, which only tests set).
 
-Sealed columns (payload, answer, resume_state, decision) are sealed by the store with
+Sealed columns (payload, answer, resume_state, decision, error_detail) are sealed by the store with
 its ``Sealer`` on the way in and opened on the way out, so callers only see Python
 values. Payloads are JSON (msgspec); a value that cannot be encoded raises
 ``InvalidPayload`` before anything is written.
@@ -193,12 +193,15 @@ class Store(Protocol):
         error: str,
         retryable: bool,
         retry_in_seconds: float,
+        error_detail: str | None = None,
     ) -> FailOutcome:
         """Fenced. When ``retryable`` and ``attempt < max_attempts`` and the run is not marked
         non-idempotent: ``queued`` with ``available_at = now + retry_in_seconds`` (the caller
         computes the jittered backoff, honouring any Retry-After). Otherwise ``failed`` with
         ``retries_exhausted`` (retryable) or ``not_retryable`` and ``completed_at``. ``error``
-        is stored as given (the caller keeps payloads out of it)."""
+        is stored as given (the caller keeps payloads out of it); ``error_detail``, the
+        handler's full message, is sealed into its own column (NULL when None), which only
+        ``error_detail`` opens."""
 
     async def pause(self, worker_id: str, lease: Lease, *, reason: str, state: Any) -> bool:
         """Fenced: ``paused``, resume state sealed, decision cleared, lease cleared.
@@ -279,6 +282,10 @@ class Store(Protocol):
     async def reseal_page(self, *, after_id: str, limit: int) -> tuple[str | None, int]:
         """Key rotation: re-seal the sealed columns of up to ``limit`` runs with id > ``after_id``
         under the sealing key. Returns (last id seen or None when done, values re-sealed)."""
+
+    async def error_detail(self, run_id: str) -> str | None:
+        """A run's sealed full error text, opened: for admins only (``/queue/jobs/{id}``,
+        ``runq jobs show``). None when the run is unknown or kept none."""
 
     async def count_runs(self) -> int: ...
 

@@ -78,6 +78,18 @@ def seal_answer(sealer: Sealer, completion: Completion) -> bytes | None:
     return seal_json(sealer, "answer", completion.run_id, completion.answer)
 
 
+def seal_error_detail(sealer: Sealer, run_id: str, text: str | None) -> bytes | None:
+    """A handler's full error text sealed for the run (NULL when there is none): ``error``
+    keeps what the privacy level allows, this column the whole message, for admins."""
+    return None if text is None else seal_json(sealer, "error_detail", run_id, text)
+
+
+def open_error_detail(sealer: Sealer, run_id: str, sealed: bytes | None) -> str | None:
+    """The opened error detail of a run (None when none was kept)."""
+    value = open_json(sealer, "error_detail", run_id, sealed)
+    return value if isinstance(value, str) else None
+
+
 def resealed(sealer: Sealer, column: str, run_id: str, sealed: bytes | None) -> bytes | None:
     """``sealed`` re-sealed under the sealing key, or None when it already is (or is NULL)."""
     if sealed is None or sealed_key_id(bytes(sealed)) == sealer.sealing_key_id:
@@ -256,7 +268,30 @@ def row_to_worker(row: RowLike) -> WorkerInfo:
         deployment_id=row["deployment_id"] or None,
         started_at=row["started_at"],
         last_seen_at=row["last_seen_at"],
+        settings=decode_settings(row["settings"]),
     )
+
+
+def encode_settings(settings: dict[str, float]) -> str:
+    return _encoder.encode(settings).decode()
+
+
+def decode_settings(text: str | None) -> dict[str, float]:
+    """A worker row's fleet settings; a row written before they were recorded (NULL) or
+    holding something else than an object of numbers reads as none recorded."""
+    if not text:
+        return {}
+    try:
+        value = _decoder.decode(text)
+    except msgspec.DecodeError:
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    return {
+        str(k): float(v)
+        for k, v in value.items()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    }
 
 
 # -- results of the verbs ---------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The worker registry: who is executing runs, for ``runq status`` and the exporter.
 
 A worker id is random (``w-`` and 16 hex digits), never a user or host name; the host
-name, pid and deployment are recorded beside it. The heartbeat loop refreshes
+name, pid, deployment and the fleet-wide settings it runs with (``FLEET_SETTINGS``, which
+every replica must set alike) are recorded beside it. The heartbeat loop refreshes
 ``last_seen_at``; a clean stop removes the row; ``prune`` deletes rows not seen for a day
 (a worker that was killed never removes its own).
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from runq.config import WORKER_PRUNE_INTERVAL_SECONDS, WORKER_ROW_MAX_AGE_SECONDS, Config
 from runq.log import get_logger
@@ -33,6 +34,10 @@ class WorkerRegistryConfig:
     prune_interval_seconds: float
     #: This replica's deployment, recorded beside the worker id (``[queue] deployment_id``).
     deployment_id: str | None
+    #: The fleet-wide settings this replica applies, recorded for its peers to compare.
+    settings: dict[str, float] = field(default_factory=dict)
+    #: A peer seen within this many seconds is live (its settings count at start).
+    live_worker_seconds: float = 0.0
 
     @classmethod
     def from_config(cls, config: Config) -> WorkerRegistryConfig:
@@ -40,6 +45,8 @@ class WorkerRegistryConfig:
             max_age_seconds=WORKER_ROW_MAX_AGE_SECONDS,
             prune_interval_seconds=WORKER_PRUNE_INTERVAL_SECONDS,
             deployment_id=config.queue.deployment,
+            settings=config.queue.fleet_settings(),
+            live_worker_seconds=config.queue.live_worker_seconds,
         )
 
 
@@ -63,11 +70,41 @@ class WorkerRegistry:
             hostname=socket.gethostname(),
             pid=os.getpid(),
             deployment_id=config.deployment_id,
+            settings=dict(config.settings),
         )
 
     async def register(self) -> None:
         await self.store.register_worker(self.info)
         log.info("worker.registered", worker_id=self.info.id, hostname=self.info.hostname)
+        await self._compare_with_peers()
+
+    async def _compare_with_peers(self) -> None:
+        """Warn when a live peer holds leases for longer than this replica's grace: this
+        replica's reaper would judge that peer's healthy leases stale and take its runs.
+        Only a warning (a rolling change of the value passes through this state), and
+        never a reason not to start: a failed read is logged and ignored."""
+        mine = self.info.settings.get("lock_grace_seconds")
+        if mine is None:
+            return
+        try:
+            workers = await self.store.list_workers(max_age_seconds=self.config.live_worker_seconds)
+        except Exception as e:
+            log.warning("worker.peer_settings_unread", error=str(e) or type(e).__name__)
+            return
+        longer = {
+            w.id: w.settings["lock_grace_seconds"]
+            for w in workers
+            if w.id != self.info.id and w.settings.get("lock_grace_seconds", mine) > mine
+        }
+        if longer:
+            log.warning(
+                "worker.lock_grace_shorter_than_peers",
+                worker_id=self.info.id,
+                lock_grace_seconds=mine,
+                peers=longer,
+                hint="this replica's reaper may reap live leases of these peers; "
+                "set queue.lock_grace_seconds alike on every replica",
+            )
 
     async def remove(self) -> None:
         await self.store.remove_worker(self.info.id)

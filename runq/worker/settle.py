@@ -188,20 +188,22 @@ class Settler:
             return await self._settle_interrupt(ex, Interrupt.LEASE_LOST)
         if isinstance(error, RunInterrupted):
             return await self._fail(ex, SHUTDOWN_ERROR, retryable=True, delay=0.0)
-        # A handler's message may quote the payload: it is kept as the privacy level says.
-        message = keep_error(self.config.privacy_level, error_text(error))
+        # A handler's message may quote the payload: ``error`` keeps what the privacy level
+        # allows, and the whole message is sealed beside it for admins.
+        full = error_text(error)
+        message = keep_error(self.config.privacy_level, full)
         if isinstance(error, Permanent):
-            return await self._fail(ex, message, retryable=False)
+            return await self._fail(ex, message, retryable=False, detail=full)
         if isinstance(error, Retryable):
             delay = error.retry_after if error.retry_after is not None else None
-            return await self._fail(ex, message, retryable=True, delay=delay)
+            return await self._fail(ex, message, retryable=True, delay=delay, detail=full)
         log.error(
             "run.raised",
             error_type=type(error).__name__,
             exc=keep_error(self.config.privacy_level, _format_exception(error)),
             **self._fields(ex.run),
         )
-        return await self._fail(ex, message, retryable=True)
+        return await self._fail(ex, message, retryable=True, detail=full)
 
     async def _durable(
         self, ex: Execution, verb: str, call: Callable[[], Awaitable[T]]
@@ -318,8 +320,16 @@ class Settler:
         return Outcome("completed", reason.value)
 
     async def _fail(
-        self, ex: Execution, error: str, *, retryable: bool, delay: float | None = None
+        self,
+        ex: Execution,
+        error: str,
+        *,
+        retryable: bool,
+        delay: float | None = None,
+        detail: str | None = None,
     ) -> Outcome:
+        """Fail or retry the run with ``error``; ``detail`` is the handler's full message
+        (sealed, admins only), None when ``error`` is runq's own text."""
         run = ex.run
         if delay is None:
             base = self.config.retry_delay_seconds
@@ -333,6 +343,7 @@ class Settler:
                 error=error,
                 retryable=retryable,
                 retry_in_seconds=max(delay or 0.0, 0.0),
+                error_detail=detail,
             ),
         )
         if result is None:

@@ -156,6 +156,7 @@ class PostgresLifecycle(PostgresBase):
         error: str,
         retryable: bool,
         retry_in_seconds: float,
+        error_detail: str | None = None,
     ) -> FailOutcome:
         status = await self._db.fetchval(
             self._sql.fail,
@@ -165,6 +166,7 @@ class PostgresLifecycle(PostgresBase):
             retryable,
             max(float(retry_in_seconds), 0.0),
             error,
+            rows.seal_error_detail(self._sealer, lease.run_id, error_detail),
         )
         return rows.fail_outcome(status)
 

@@ -64,7 +64,12 @@ class PostgresOperations(PostgresBase):
 
     async def register_worker(self, info: WorkerInfo) -> None:
         await self._db.fetch(
-            self._sql.register_worker, info.id, info.hostname, info.pid, info.deployment_id or ""
+            self._sql.register_worker,
+            info.id,
+            info.hostname,
+            info.pid,
+            info.deployment_id or "",
+            rows.encode_settings(info.settings),
         )
 
     async def remove_worker(self, worker_id: str) -> None:

@@ -258,6 +258,10 @@ class PostgresRuns(PostgresBase):
         row = await self._db.fetchrow(self._sql.get, run_id, retry=True)
         return None if row is None else self._run(row)
 
+    async def error_detail(self, run_id: str) -> str | None:
+        sealed = await self._db.fetchval(self._sql.error_detail, run_id, retry=True)
+        return rows.open_error_detail(self._sealer, run_id, sealed)
+
     async def _refusal(self, run_id: str) -> Run:
         """The run as it is now, for deciding why a conditional UPDATE matched nothing."""
         run = await self.get(run_id)

@@ -185,12 +185,14 @@ class SqliteLifecycle(SqliteBase):
         error: str,
         retryable: bool,
         retry_in_seconds: float,
+        error_detail: str | None = None,
     ) -> FailOutcome:
         params = {
             "id": lease.run_id,
             "attempt": lease.attempt,
             "worker": worker_id,
             "error": error,
+            "error_detail": rows.seal_error_detail(self._sealer, lease.run_id, error_detail),
             "retryable": 1 if retryable else 0,
             "delay": max(float(retry_in_seconds), 0.0),
         }

@@ -75,6 +75,7 @@ class SqliteOperations(SqliteBase):
             "hostname": info.hostname,
             "pid": info.pid,
             "deployment_id": info.deployment_id or "",
+            "settings": rows.encode_settings(info.settings),
         }
         await self._write(
             lambda conn, now: conn.execute(self._sql.register_worker, {**params, "now": now})

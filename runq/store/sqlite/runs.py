@@ -237,6 +237,11 @@ class SqliteRuns(SqliteBase):
         row = await self._db.read_one(self._sql.get, (run_id,))
         return self._run(row) if row is not None else None
 
+    async def error_detail(self, run_id: str) -> str | None:
+        row = await self._db.read_one(self._sql.error_detail, (run_id,))
+        sealed = None if row is None else row["error_detail"]
+        return rows.open_error_detail(self._sealer, run_id, sealed)
+
     async def cancel(self, run_id: str) -> Run:
         def body(conn: sqlite3.Connection, now: float) -> Row:
             params = {"id": run_id, "now": now}

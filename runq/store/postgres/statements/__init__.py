@@ -47,6 +47,7 @@ class Statements:
 
     now: str
     get: str
+    error_detail: str
     count_runs: str
     submit: str
     submit_many: str
@@ -146,6 +147,7 @@ def build(schema: str, offset: float) -> Statements:
         now=f"SELECT {now}",
         ping="SELECT 1",
         get=f"SELECT * FROM {s}.runs WHERE id = $1",
+        error_detail=f"SELECT error_detail FROM {s}.runs WHERE id = $1",
         count_runs=f"SELECT count(*) FROM {s}.runs",
         release=_release_sql(s, now),
         submit=_submit_sql(s, now),

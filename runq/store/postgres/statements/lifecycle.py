@@ -37,7 +37,7 @@ def _lifecycle_sql(s: str, now: str) -> dict[str, str]:
         "requeue": f"""
             UPDATE {s}.runs SET
                 status = {target_of("requeue")}, max_attempts = attempt + 1, available_at = {now},
-                updated_at = {now}, error = NULL, termination_reason = NULL,
+                updated_at = {now}, error = NULL, error_detail = NULL, termination_reason = NULL,
                 completed_at = NULL, locked_by = NULL, locked_at = NULL,
                 non_idempotent = false,
                 cancel_requested = CASE WHEN $2::bool THEN false ELSE cancel_requested END

@@ -86,8 +86,8 @@ def _worker_sql(s: str, now: str) -> dict[str, str]:
             WHERE r.id = v.id AND r.attempt = v.attempt AND r.locked_by = $1
               AND {_still_running("r")}
             RETURNING r.id""",
-        # $4 retryable, $5 retry delay, $6 error. SET sees the old row, so every CASE
-        # judges the run as it was before this failure.
+        # $4 retryable, $5 retry delay, $6 error, $7 sealed error detail. SET sees the old
+        # row, so every CASE judges the run as it was before this failure.
         "fail": f"""
             UPDATE {s}.runs SET
                 status = CASE WHEN {retry} THEN 'queued' ELSE 'failed' END,
@@ -100,7 +100,8 @@ def _worker_sql(s: str, now: str) -> dict[str, str]:
                 completed_at = CASE WHEN {retry} THEN NULL ELSE {now} END,
                 resume_state = CASE WHEN {retry} THEN resume_state ELSE NULL END,
                 decision = CASE WHEN {retry} THEN decision ELSE NULL END,
-                error = $6, locked_by = NULL, locked_at = NULL, updated_at = {now}
+                error = $6, error_detail = $7, locked_by = NULL, locked_at = NULL,
+                updated_at = {now}
             WHERE {_fenced("fail")}
             RETURNING status""",
         "pause": f"""
@@ -159,10 +160,12 @@ def _maintenance_sql(s: str, now: str) -> dict[str, str]:
             f" AND (({final}) OR ({paused})) IS TRUE"
         ),
         "register_worker": f"""
-            INSERT INTO {s}.workers (id, hostname, pid, deployment_id, started_at, last_seen_at)
-            VALUES ($1, $2, $3, $4, {now}, {now})
+            INSERT INTO {s}.workers
+                (id, hostname, pid, deployment_id, started_at, last_seen_at, settings)
+            VALUES ($1, $2, $3, $4, {now}, {now}, $5)
             ON CONFLICT (id) DO UPDATE SET hostname = excluded.hostname, pid = excluded.pid,
-                deployment_id = excluded.deployment_id, last_seen_at = excluded.last_seen_at""",
+                deployment_id = excluded.deployment_id, last_seen_at = excluded.last_seen_at,
+                settings = excluded.settings""",
         "remove_worker": f"DELETE FROM {s}.workers WHERE id = $1",
         "prune_workers": f"""
             WITH d AS (DELETE FROM {s}.workers WHERE last_seen_at < {now} - $1::float8
@@ -196,13 +199,15 @@ def _maintenance_sql(s: str, now: str) -> dict[str, str]:
         # with an int by reseal_page: a literal LIMIT lets even a generic plan walk the
         # primary key in order instead of sorting the table.
         "reseal_select_template": f"""
-            SELECT id, payload, answer, resume_state, decision FROM {s}.runs
+            SELECT id, payload, answer, resume_state, decision, error_detail FROM {s}.runs
             WHERE id > $1 ORDER BY id LIMIT {{limit}} FOR NO KEY UPDATE""",
         "reseal_update": f"""
             UPDATE {s}.runs AS r SET payload = v.payload, answer = v.answer,
-                resume_state = v.resume_state, decision = v.decision
-            FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::bytea[], $5::bytea[])
-                AS v(id, payload, answer, resume_state, decision)
+                resume_state = v.resume_state, decision = v.decision,
+                error_detail = v.error_detail
+            FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::bytea[], $5::bytea[],
+                        $6::bytea[])
+                AS v(id, payload, answer, resume_state, decision, error_detail)
             WHERE r.id = v.id""",
     }
 

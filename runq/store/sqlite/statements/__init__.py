@@ -55,6 +55,7 @@ class Statements:
     """Every statement text of one schema, built once."""
 
     get: str
+    error_detail: str
     by_key: str
     count_queued: str
     count_runs: str
@@ -142,6 +143,7 @@ def build(schema: str) -> Statements:
     t, w = f"{schema}_runs", f"{schema}_workers"
     return Statements(
         get=f"SELECT * FROM {t} WHERE id = ?",
+        error_detail=f"SELECT error_detail FROM {t} WHERE id = ?",
         by_key=f"SELECT * FROM {t} WHERE idempotency_key = ? AND coalesce(user_id, '') = ?",
         # Bounded: counting stops at the depth limit instead of scanning a huge backlog.
         count_queued=f"SELECT count(*) FROM (SELECT 1 FROM {t} WHERE status = 'queued' LIMIT ?)",

@@ -24,7 +24,7 @@ def _fail(t: str) -> str:
         f" completed_at = CASE WHEN {retry} THEN NULL ELSE :now END,"
         f" resume_state = CASE WHEN {retry} THEN resume_state ELSE NULL END,"
         f" decision = CASE WHEN {retry} THEN decision ELSE NULL END,"
-        f" error = :error, updated_at = :now, {_LEASE_CLEAR}"
+        f" error = :error, error_detail = :error_detail, updated_at = :now, {_LEASE_CLEAR}"
         f" WHERE {_fence('fail')} RETURNING status"
     )
 
@@ -50,7 +50,8 @@ def _lifecycle(t: str) -> dict[str, str]:
         ),
         "requeue": (
             f"UPDATE {t} SET status = {target_of('requeue')}, max_attempts = attempt + 1,"
-            " available_at = :now, updated_at = :now, error = NULL, termination_reason = NULL,"
+            " available_at = :now, updated_at = :now, error = NULL, error_detail = NULL,"
+            " termination_reason = NULL,"
             f" completed_at = NULL, {_LEASE_CLEAR}, non_idempotent = 0,"
             " cancel_requested = CASE WHEN :clear THEN 0 ELSE cancel_requested END"
             f" WHERE id = :id AND status IN ({sources_of('requeue')}) RETURNING *"

@@ -108,10 +108,12 @@ def _maintenance(t: str, w: str) -> dict[str, str]:
             f" (SELECT * FROM ({final}) UNION ALL SELECT * FROM ({paused})) LIMIT :batch)"
         ),
         "register_worker": (
-            f"INSERT INTO {w} (id, hostname, pid, deployment_id, started_at, last_seen_at)"
-            " VALUES (:id, :hostname, :pid, :deployment_id, :now, :now)"
+            f"INSERT INTO {w}"
+            " (id, hostname, pid, deployment_id, started_at, last_seen_at, settings)"
+            " VALUES (:id, :hostname, :pid, :deployment_id, :now, :now, :settings)"
             " ON CONFLICT (id) DO UPDATE SET hostname = excluded.hostname, pid = excluded.pid,"
-            " deployment_id = excluded.deployment_id, last_seen_at = excluded.last_seen_at"
+            " deployment_id = excluded.deployment_id, last_seen_at = excluded.last_seen_at,"
+            " settings = excluded.settings"
         ),
         "remove_worker": f"DELETE FROM {w} WHERE id = ?",
         "prune_workers": f"DELETE FROM {w} WHERE last_seen_at < ?",
