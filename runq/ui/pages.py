@@ -327,6 +327,11 @@ async def _run_page(
 ) -> HTML:
     identity = identity_of(request)
     events, truncated, live_events = await _timeline(request, run)
+    # The handler's whole message, opened from its sealed column: admins only, as on
+    # GET /queue/jobs/{id}; ``error`` above it is what the privacy level lets anyone see.
+    error_detail = (
+        await services_of(request).queue.error_detail(run.id) if identity.is_admin else None
+    )
     return render(
         request,
         "run.html",
@@ -334,6 +339,7 @@ async def _run_page(
         identity=identity,
         title=f"Run {run.id}",
         run=run,
+        error_detail=error_detail if error_detail != run.error else None,
         content=identity.can_read_content(run),
         actions=_actions(identity, run),
         problem=problem,

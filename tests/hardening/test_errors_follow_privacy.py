@@ -11,6 +11,7 @@ in a sealed column (``error_detail``) that only admins open: ``GET /queue/jobs/{
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 from typing import Any
@@ -175,6 +176,10 @@ async def test_only_the_admin_surface_shows_the_detail(
     listed = (await server.request("GET", "/queue/jobs", params={"status": "failed"})).json()
     [row] = listed["data"]
     assert row["error_detail"] is None  # the listing never opens it
+    # The console's run page (open mode: an admin) shows it too, under the redacted error.
+    page = await server.request("GET", f"/ui/runs/{run_id}")
+    assert page.status_code == 200, page.text
+    assert FULL in html.unescape(page.text)
 
 
 async def test_the_detail_is_purged_with_its_run(runq_setup: RunqSetup) -> None:
