@@ -1,6 +1,6 @@
 """Events: how fast one run can emit, what events cost W1, and emit → client latency.
 
-    .venv/bin/python bench/events_bench.py [--dsn DSN] [--runs 5000] [--events 10000]
+    .venv/bin/python bench/events_bench.py [--dsn DSN] [--runs 5000] [--events 10000] [--reps 3]
 
 On PostgreSQL (a fresh schema, dropped at the end), with runq's supervisor hosted in this
 process (what ``runq serve`` runs) as replica A:
@@ -10,8 +10,10 @@ process (what ``runq serve`` runs) as replica A:
    (the writer's last flush included).
 2. **W1 ratio**: ``--runs`` no-op runs drained (first ``started_at`` to last
    ``completed_at``) three ways: without the lifecycle triggers (the schema as before the
-   event log), with them, and with every run also emitting 10 events. Target: with 10
-   events ÷ without events ≥ 0.6.
+   event log), with them, and with every run also emitting 10 events; ``--reps`` rounds of
+   the three in turn, so background load hits each alike; medians of the rates, of the
+   worker CPU per run and of each round's ratio. Target: with 10 events ÷ without events
+   ≥ 0.6.
 3. **latency**: replica B, a ``runq serve`` subprocess on the same schema, serves
    ``GET /runs/{id}/events`` to a client here while replica A executes a run that emits an
    event with its wall time every 20 ms; latency is arrival minus emit time, p50/p99.
@@ -107,13 +109,16 @@ level = "full"
     return path
 
 
-async def drain(q: Queue, schema: str, component: str, n: int, dsn: str) -> float:
-    """Runs per second of a drain of ``n`` runs of ``component`` by an in-process worker."""
+async def drain(q: Queue, schema: str, component: str, n: int, dsn: str) -> tuple[float, float]:
+    """(runs per second, worker CPU ms per run) of a drain of ``n`` runs of ``component`` by
+    an in-process worker. The CPU is this process's from the worker's start to the end of
+    the drain (its polling included), so it also counts what the emits cost."""
     for start in range(0, n, 1000):
         news = [q.new_run("task", component, {"i": i}) for i in range(start, min(n, start + 1000))]
         await q.store.submit_many(news)
     con = await asyncpg.connect(dsn)
     try:
+        cpu_start = time.process_time()
         async with anyio.create_task_group() as tg:
             supervisor = await start_worker(q, tg)
             while await con.fetchval(  # noqa: ASYNC110 - polls the database, not a flag
@@ -122,6 +127,7 @@ async def drain(q: Queue, schema: str, component: str, n: int, dsn: str) -> floa
                 component,
             ):
                 await anyio.sleep(0.1)
+            cpu = time.process_time() - cpu_start
             supervisor.request_stop()
         first, last = await con.fetchrow(
             f"SELECT min(started_at), max(completed_at) FROM {schema}.runs WHERE component_id = $1",
@@ -129,7 +135,7 @@ async def drain(q: Queue, schema: str, component: str, n: int, dsn: str) -> floa
         )
     finally:
         await con.close()
-    return n / (last - first)
+    return n / (last - first), cpu * 1000 / n
 
 
 async def start_worker(q: Queue, tg: Any) -> Supervisor:
@@ -204,12 +210,59 @@ async def latency(q: Queue, workdir: Path, dsn: str, schema: str, n: int) -> lis
     return samples
 
 
+async def w1_ratios(q: Queue, schema: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The three W1 drains, ``--reps`` times in turn (so background load hits each alike);
+    medians of the rates, of the CPU per run and of each round's ratios."""
+    rates: dict[str, list[float]] = {"bare": [], "lifecycle": [], "ten": []}
+    cpu: dict[str, list[float]] = {"bare": [], "lifecycle": [], "ten": []}
+    con = await asyncpg.connect(args.dsn)
+    try:
+        for _ in range(args.reps):
+            await con.execute(f"ALTER TABLE {schema}.runs DISABLE TRIGGER USER")
+            rate, ms = await drain(q, schema, "noop", args.runs, args.dsn)
+            await con.execute(f"ALTER TABLE {schema}.runs ENABLE TRIGGER USER")
+            rates["bare"].append(rate)
+            cpu["bare"].append(ms)
+            # The same no-op drain with the lifecycle triggers on, then with 10 events per
+            # run (each its own component id, so no drain counts another's runs).
+            for name, component in (("lifecycle", "noop_again"), ("ten", "emit_ten")):
+                rate, ms = await drain(q, schema, component, args.runs, args.dsn)
+                rates[name].append(rate)
+                cpu[name].append(ms)
+            # Every round starts from the same empty tables (a drain's window is over its
+            # component's runs, so an earlier round's must be gone).
+            await con.execute(f"DELETE FROM {schema}.runs")
+            await con.execute(f"VACUUM ANALYZE {schema}.runs, {schema}.run_events")
+    finally:
+        await con.close()
+    median = statistics.median
+    return {
+        "w1_reps": args.reps,
+        "w1_runs_per_second_without_events": round(median(rates["bare"])),
+        "w1_runs_per_second_lifecycle_events": round(median(rates["lifecycle"])),
+        "w1_runs_per_second_10_events_each": round(median(rates["ten"])),
+        "w1_cpu_ms_per_run_without_events": round(median(cpu["bare"]), 3),
+        "w1_cpu_ms_per_run_lifecycle_events": round(median(cpu["lifecycle"]), 3),
+        "w1_cpu_ms_per_run_10_events_each": round(median(cpu["ten"]), 3),
+        "w1_ratio_10_events": round(
+            median(t / b for t, b in zip(rates["ten"], rates["bare"], strict=True)), 3
+        ),
+        "w1_ratio_lifecycle_only": round(
+            median(t / b for t, b in zip(rates["lifecycle"], rates["bare"], strict=True)), 3
+        ),
+        "w1_ratios_10_events_each_rep": [
+            round(t / b, 3) for t, b in zip(rates["ten"], rates["bare"], strict=True)
+        ],
+    }
+
+
 async def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--dsn", default=DEFAULT_DSN)
     p.add_argument("--runs", type=int, default=5000)
     p.add_argument("--events", type=int, default=10_000)
     p.add_argument("--latency-events", type=int, default=250)
+    p.add_argument("--reps", type=int, default=3, help="rounds of the three W1 drains")
     args = p.parse_args()
     os.environ.setdefault("RUNQ_SEAL_KEY", generate_key())
     workdir = Path(tempfile.mkdtemp(prefix="runq-events-bench-"))  # configs and B's log
@@ -223,20 +276,7 @@ async def main() -> None:
             results["events_per_second_one_run"] = round(
                 await one_run_rate(q, args.dsn, args.events)
             )
-            con = await asyncpg.connect(args.dsn)
-            await con.execute(f"ALTER TABLE {schema}.runs DISABLE TRIGGER USER")
-            bare = await drain(q, schema, "noop", args.runs, args.dsn)
-            await con.execute(f"ALTER TABLE {schema}.runs ENABLE TRIGGER USER")
-            await con.close()
-            results["w1_runs_per_second_without_events"] = round(bare)
-            # The same no-op drain with the lifecycle triggers on (its own component id, so
-            # the first drain's runs are not counted).
-            lifecycle = await drain(q, schema, "noop_again", args.runs, args.dsn)
-            results["w1_runs_per_second_lifecycle_events"] = round(lifecycle)
-            ten = await drain(q, schema, "emit_ten", args.runs, args.dsn)
-            results["w1_runs_per_second_10_events_each"] = round(ten)
-            results["w1_ratio_10_events"] = round(ten / bare, 3)
-            results["w1_ratio_lifecycle_only"] = round(lifecycle / bare, 3)
+            results.update(await w1_ratios(q, schema, args))
             samples = await latency(q, workdir, args.dsn, schema, args.latency_events)
             samples.sort()
             results["latency_samples"] = len(samples)
