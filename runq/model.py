@@ -196,6 +196,14 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True):
     answer: Any = None
     keep_answer: bool = True
     termination_reason: TerminationReason = TerminationReason.COMPLETED
+    #: Events the handler emitted that are not written yet: they are written in the same
+    #: fenced transaction, numbered before the ``completed`` event (a fenced-off completion
+    #: writes none of them).
+    events: tuple[NewEvent, ...] = ()
+    #: ``[privacy] level`` the run's stored events are cut to as it completes (None: keep
+    #: them as written); ``redacted_max_chars`` caps each value at ``redacted``.
+    trim_level: str | None = None
+    redacted_max_chars: int = 0
 
 
 class SubmitResult(msgspec.Struct, frozen=True):

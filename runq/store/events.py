@@ -13,7 +13,7 @@ import msgspec
 from runq.errors import InvalidPayload
 from runq.model import NewEvent, RunEvent
 from runq.privacy import cap, redact_value
-from runq.seal import Sealer
+from runq.seal import Sealer, sealed_key_id
 
 #: A kind is a short name: a handler's own (``progress``, ``delta``...) or a lifecycle one.
 KIND_RE = re.compile(r"^[a-z][a-z0-9_.-]{0,31}$")
@@ -115,4 +115,43 @@ def redacted(
         value = _decoder.decode(sealer.open(column(seq), run_id, bytes(sealed)))
         kept = cap(redact_value(value), max_chars)
         out.append((seq, sealer.seal(column(seq), run_id, _encoder.encode(kept))))
+    return out
+
+
+def kept_data(data: bytes | None, level: str | None, max_chars: int) -> bytes | None:
+    """An emitted event's encoded data as ``[privacy] level`` keeps it once its run settles
+    (``None`` level: as emitted)."""
+    if data is None or level is None or level == "full":
+        return data
+    if level != "redacted":
+        return None
+    return _encoder.encode(cap(redact_value(_decoder.decode(data)), max_chars))
+
+
+def settled_batch(
+    sealer: Sealer,
+    run_id: str,
+    first_seq: int,
+    events: Sequence[NewEvent],
+    level: str | None,
+    max_chars: int,
+) -> list[tuple[int, str, bytes | None]]:
+    """``sealed_batch`` of events written with their run's completion: already cut to the
+    level the completion trims to, so nothing written has to be trimmed again."""
+    kept = [NewEvent(e.kind, kept_data(e.data, level, max_chars)) for e in events]
+    return sealed_batch(sealer, run_id, first_seq, kept)
+
+
+def resealed_events(
+    sealer: Sealer, stored: Iterable[tuple[str, int, bytes]]
+) -> list[tuple[str, int, bytes]]:
+    """(run id, seq, data re-sealed under the sealing key) for each stored (run id, seq,
+    sealed data) that is sealed under another key (key rotation)."""
+    out: list[tuple[str, int, bytes]] = []
+    for run_id, seq, sealed in stored:
+        blob = bytes(sealed)
+        if sealed_key_id(blob) == sealer.sealing_key_id:
+            continue
+        opened = sealer.open(column(seq), run_id, blob)
+        out.append((run_id, seq, sealer.seal(column(seq), run_id, opened)))
     return out

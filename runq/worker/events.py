@@ -7,10 +7,12 @@ what every execution emitted within ``FLUSH_DELAY_SECONDS`` and writes it with o
 many short runs that emit a few events each share statements, and a handler streaming
 thousands of deltas costs a few statements a second. ``EventWriter.close`` flushes its
 execution's events before the run's outcome is written, so the final lifecycle event is
-always the last of the log. A run whose fence refuses the write belongs to a worker that
-lost its lease: its buffer is dropped, nothing more of it is written, and the execution is
-told (``on_lost``). ``MAX_PENDING`` bounds one execution's buffer: past it ``emit`` waits
-for the flusher, which keeps a runaway handler from filling memory.
+always the last of the log; a run that completes hands what is left to its completion
+instead (``take_rest``), written in the completion's own fenced transaction. A run whose
+fence refuses the write belongs to a worker that lost its lease: its buffer is dropped,
+nothing more of it is written, and the execution is told (``on_lost``). ``MAX_PENDING``
+bounds one execution's buffer: past it ``emit`` waits for the flusher, which keeps a
+runaway handler from filling memory.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ FLUSH_DELAY_SECONDS = 0.002
 #: Events in one write, across runs.
 MAX_BATCH = 1000
 MAX_PENDING = 5000
+#: The most unwritten events a completion carries (``EventWriter.take_rest``); a handler
+#: that left more behind has them written by the batcher first.
+MAX_CARRIED = 1000
 #: A write failing for a database outage is retried this often before its events are
 #: given up (logged); the runs themselves go on.
 WRITE_ATTEMPTS = 5
@@ -54,6 +59,8 @@ class EventWriter:
         self.lost = False
         #: Whether any event carried data (a settled run then has something to trim).
         self.wrote_data = False
+        #: Batches holding events of this execution that are being written now.
+        self.writing = 0
 
     async def emit(self, kind: str, data: Any = None) -> None:
         """Queue one event; raises ``InvalidPayload`` for a bad kind or data at once."""
@@ -75,6 +82,21 @@ class EventWriter:
             # (the outcome waits at most about FLUSH_DELAY_SECONDS for it).
             self._batcher.wake(self)
             await self.idle.wait()
+
+    async def take_rest(self) -> tuple[NewEvent, ...]:
+        """Stop writing and hand back what is still unwritten, for the run's completion to
+        write in its own fenced transaction (one write instead of two, and the outcome
+        does not wait for the batcher). Writes already under way land first, so the
+        events keep their order. Empty when the lease was lost meanwhile."""
+        if len(self.pending) > MAX_CARRIED:
+            await self.close()
+            return ()
+        self.closing = True
+        rest, self.pending = tuple(self.pending), []
+        self._batcher.forget(self)
+        while self.writing and not self.lost:
+            await self._batcher.written.wait()
+        return () if self.lost else rest
 
     def abandon(self) -> None:
         """Drop what is buffered (the execution ends without settling)."""
@@ -136,6 +158,7 @@ class EventBatcher:
             if not writer.pending:
                 del self._waiting[lease]
             if taken:
+                writer.writing += 1
                 batch.append((writer, taken))
             elif not writer.pending:
                 writer.idle.set()
@@ -152,6 +175,7 @@ class EventBatcher:
                 log.warning("events.write_failed", events=len(entries), error=str(e))
                 await anyio.sleep(backoff_delay(failures, cap=2.0, base=0.05))
         for writer, _ in batch:
+            writer.writing -= 1
             if applied is not None and writer.lease.run_id not in applied:
                 writer.fenced_off()
             if not writer.pending:

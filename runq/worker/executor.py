@@ -200,10 +200,12 @@ class Executor(Settler):
             self._handler_ended(ex)
             return await self._settle_cancelled(ex)
         result = await self._invoke(ex, handler)
-        if ex.events is not None:
-            await ex.events.close()  # every event before the outcome: the final one is last
+        if ex.events is not None and not isinstance(result, _Answer):
+            # Every event before the outcome, so the final one is last (an answer's
+            # completion carries the unwritten ones itself: ``Settler._completion``).
+            await ex.events.close()
         batching = hand_in and self.completer.running and not ex.shutdown_requested
-        if batching and isinstance(result, _Answer) and not self._must_trim(ex):
+        if batching and isinstance(result, _Answer):
             return await self._hand_in(ex, result.value, TerminationReason.COMPLETED)
         outcome = await self._settle(ex, result)
         await self._trim_events(ex, outcome)

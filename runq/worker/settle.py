@@ -57,8 +57,9 @@ _stdlib_log = logging.getLogger("runq.worker.executor")
 
 T = TypeVar("T")
 
-#: Outcomes after which a run's events are trimmed to the privacy level.
-_SETTLED = frozenset({"completed", "failed", "cancelled"})
+#: Outcomes after whose write a run's events are trimmed to the privacy level (a
+#: completion trims in its own write).
+_TRIMMED_AFTER = frozenset({"failed", "cancelled"})
 
 
 @functools.cache
@@ -137,7 +138,8 @@ class Settler:
     def _must_trim(self, ex: Execution) -> bool:
         """True when a settled run's events must be cut to ``[privacy] level``: handler data
         in this attempt or an earlier one, or lifecycle details the level drops (``none``).
-        Such a run settles directly, so the trim follows its write; the others batch."""
+        A completion trims in its own write (``Completion.trim_level``), so it still
+        batches; the other outcomes trim after their write."""
         level = self.config.privacy_level
         if level == "full":
             return False
@@ -145,8 +147,9 @@ class Settler:
         return emitted or ex.run.attempt > 1 or level == "none"
 
     async def _trim_events(self, ex: Execution, outcome: Outcome) -> None:
-        """Cut a settled run's events to ``[privacy] level`` (see ``_must_trim``)."""
-        if outcome.kind not in _SETTLED or not outcome.applied or not self._must_trim(ex):
+        """Cut a failed or cancelled run's events to ``[privacy] level`` (see
+        ``_must_trim``; a completion did it in its own write)."""
+        if outcome.kind not in _TRIMMED_AFTER or not outcome.applied or not self._must_trim(ex):
             return
         try:
             await self.store.trim_events(
@@ -264,13 +267,20 @@ class Settler:
             )
             if keep and not _encodable(stored):
                 # Checked here so one bad answer never fails the batch it would share.
+                if ex.events is not None:
+                    await ex.events.close()
                 return await self._fail(ex, "answer cannot be encoded as JSON", retryable=False)
+        # What the handler emitted last rides with the completion: one fenced write.
+        events = await ex.events.take_rest() if ex.events is not None else ()
         completion = Completion(
             run_id=ex.run.id,
             attempt=ex.run.attempt,
             answer=stored if keep else None,
             keep_answer=keep,
             termination_reason=reason,
+            events=events,
+            trim_level=self.config.privacy_level if self._must_trim(ex) else None,
+            redacted_max_chars=self.config.redacted_max_chars,
         )
         # The slot is free once the handler is done: the next claim overlaps this write
         # (the run stays running and fenced until the write lands).

@@ -4,11 +4,18 @@ and purged with their run."""
 
 from __future__ import annotations
 
+import secrets
+from pathlib import Path
+
 import msgspec
 import pytest
+from conftest import TEST_KEY
 
 from runq.errors import InvalidPayload
+from runq.maintenance.rotation import KeyRotation
 from runq.model import Actor, Completion, Lease, NewEvent, NewRun, Run, TerminationReason
+from runq.seal import KeyRing
+from runq.store import make_store
 from runq.store.base import Store
 from runq.store.events import new_event
 
@@ -160,3 +167,123 @@ async def _raw_event_data(store: Store, run_id: str) -> list[bytes]:
     finally:
         await con.close()
     return [bytes(r[0]) for r in found]
+
+
+def _completion(run: Run, events: list[NewEvent], level: str | None = None) -> Completion:
+    return Completion(
+        run_id=run.id,
+        attempt=run.attempt,
+        answer={"ok": True},
+        events=tuple(events),
+        trim_level=level,
+        redacted_max_chars=4000,
+    )
+
+
+async def test_a_completion_writes_the_events_it_carries_before_its_completed_event(
+    store: Store,
+) -> None:
+    run = await _claimed(store)
+    assert await store.append_events("w1", Lease(run.id, 1), _events(("progress", 1)))
+    carried = _events(("delta", "a"), ("delta", "secret-carried-text"), ("step", None))
+    result = await store.complete_many("w1", [_completion(run, carried)])
+    assert result.applied == (run.id,)
+    events = await store.list_events(run.id, after=0, limit=100)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert [(e.kind, e.data) for e in events[2:]] == [
+        ("progress", 1),
+        ("delta", "a"),
+        ("delta", "secret-carried-text"),
+        ("step", None),
+        ("completed", {"termination_reason": "completed", "error": None}),
+    ]
+    assert [e.at for e in events] == sorted(e.at for e in events)
+    raw = await _raw_event_data(store, run.id)
+    assert len(raw) == 3
+    assert all(b"secret-carried-text" not in blob for blob in raw)
+    assert (await store.get(run.id)).answer == {"ok": True}  # type: ignore[union-attr]
+
+
+async def test_a_fenced_off_completion_writes_none_of_the_events_it_carries(
+    store: Store,
+) -> None:
+    run = await _claimed(store)
+    ours = _completion(run, _events(("log", "late")))
+    stale = Completion(run_id=run.id, attempt=run.attempt + 1, events=ours.events)
+    other = await _claimed(store)
+    # Another worker's and a wrong attempt's completions are fenced off; the batch's own
+    # run (``other``, with nothing carried) still completes.
+    result = await store.complete_many("someone-else", [ours])
+    assert result.fenced_off == (run.id,)
+    result = await store.complete_many("w1", [stale, Completion(run_id=other.id, attempt=1)])
+    assert result.fenced_off == (run.id,)
+    assert result.applied == (other.id,)
+    kinds = [e.kind for e in await store.list_events(run.id, after=0, limit=10)]
+    assert kinds == ["submitted", "claimed"]
+
+
+@pytest.mark.parametrize(
+    ("level", "expected"),
+    [
+        # stored log, carried log, claimed, completed
+        ("full", ["alice@example.com", "bob@example.com", {"attempt": 1, "worker": "w1"}, True]),
+        ("redacted", ["[redacted]", "[redacted]", {"attempt": 1, "worker": "w1"}, True]),
+        ("metadata", [None, None, {"attempt": 1, "worker": "w1"}, True]),
+        ("none", [None, None, None, False]),
+    ],
+)
+async def test_a_completion_trims_the_run_s_events_to_its_level(
+    store: Store, level: str, expected: list[object]
+) -> None:
+    """What trim_events does after a settle, done by the completion's own write: the events
+    stored before and the ones it carries obey the level once it applied."""
+    run = await _claimed(store)
+    assert await store.append_events("w1", Lease(run.id, 1), _events(("log", "alice@example.com")))
+    carried = _events(("carried", "bob@example.com"))
+    await store.complete_many("w1", [_completion(run, carried, level)])
+    events = {e.kind: e for e in await store.list_events(run.id, after=0, limit=10)}
+    completed_has_info = events["completed"].data is not None
+    got = [events["log"].data, events["carried"].data, events["claimed"].data, completed_has_info]
+    assert got == expected
+    assert [e.seq for e in events.values()] == [1, 2, 3, 4, 5]
+    if level != "full":
+        raw = await _raw_event_data(store, run.id)
+        assert all(b"example.com" not in blob for blob in raw)
+
+
+async def test_key_rotation_reseals_event_data(store: Store, tmp_path: Path) -> None:
+    """``runq keys rotate`` (``KeyRotation``) re-seals handler data in the event log too:
+    afterwards it opens with the new key alone."""
+    run = await _claimed(store)
+    await store.append_events("w1", Lease(run.id, 1), _events(("log", {"n": 1}), ("tick", None)))
+    await store.complete_many("w1", [_completion(run, _events(("log", {"n": 2})))])
+    new_key = secrets.token_bytes(32)
+    rotated = await _reopened(store, tmp_path, KeyRing([new_key, TEST_KEY]))
+    try:
+        report = await KeyRotation(rotated, page_size=1).run()
+        assert report.done
+        assert report.resealed >= 3  # the payload, the answer and two event values
+        again = await KeyRotation(rotated).run()
+        assert again.resealed == 0  # nothing left under the old key
+    finally:
+        await rotated.close()
+    only_new = await _reopened(store, tmp_path, KeyRing([new_key]))
+    try:
+        logs = [e.data for e in await only_new.list_events(run.id, after=0, limit=10)]
+    finally:
+        await only_new.close()
+    assert logs[2:] == [
+        {"n": 1},
+        None,
+        {"n": 2},
+        {"termination_reason": "completed", "error": None},
+    ]
+
+
+async def _reopened(store: Store, tmp_path: Path, key_ring: KeyRing) -> Store:
+    """Another store on the same database and schema, with other keys."""
+    sqlite_url = f"sqlite:///{tmp_path / 'runq.db'}"
+    url = sqlite_url if store.engine == "sqlite" else store.url  # type: ignore[attr-defined]
+    other = make_store(url, schema=store.schema, sealer=key_ring)  # type: ignore[attr-defined]
+    await other.connect()
+    return other

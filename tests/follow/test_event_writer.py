@@ -4,12 +4,13 @@ a worker that lost its lease writes nothing more and is told so."""
 from __future__ import annotations
 
 import pytest
+from helpers import wait_for
 
 from runq.errors import InvalidPayload
-from runq.model import Actor, Lease, NewRun, Run
+from runq.model import Actor, Completion, Lease, NewRun, Run
 from runq.store.base import Store
 from runq.store.events import new_event
-from runq.worker.events import MAX_BATCH, EventBatcher
+from runq.worker.events import MAX_BATCH, MAX_CARRIED, EventBatcher
 
 
 async def _claimed(store: Store, worker: str) -> Run:
@@ -112,3 +113,49 @@ async def test_the_reaper_trims_the_events_of_a_run_it_dead_letters(store: Store
     events = await store.list_events(run.id, after=0, limit=10)
     assert [e.kind for e in events] == ["submitted", "claimed", "log", "failed"]
     assert events[2].data is None
+
+
+async def test_a_completion_carries_what_is_unwritten_after_the_writes_under_way(
+    store: Store,
+) -> None:
+    run = await _claimed(store, "w1")
+    writer = EventBatcher(store, "w1").writer(Lease(run.id, run.attempt), lambda: None)
+    await writer.emit("delta", 0)
+    await wait_for(lambda: writer.writing, timeout=10, interval=0, message="a write under way")
+    for i in range(1, 4):
+        await writer.emit("delta", i)
+    rest = await writer.take_rest()
+    # The write under way landed first; the rest waits for the completion.
+    written = await store.list_events(run.id, after=2, limit=100)
+    assert [e.data for e in written] == [0]
+    assert [e.kind for e in rest] == ["delta"] * 3
+    await writer.emit("delta", 99)  # after the handler returned: dropped
+    done = Completion(run_id=run.id, attempt=run.attempt, events=rest)
+    assert (await store.complete_many("w1", [done])).applied == (run.id,)
+    events = await store.list_events(run.id, after=2, limit=100)
+    assert [(e.kind, e.data) for e in events[:-1]] == [("delta", i) for i in range(4)]
+    assert events[-1].kind == "completed"
+
+
+async def test_a_long_backlog_is_written_by_the_batcher_not_carried(store: Store) -> None:
+    run = await _claimed(store, "w1")
+    writer = EventBatcher(store, "w1").writer(Lease(run.id, run.attempt), lambda: None)
+    for i in range(MAX_CARRIED + 1):
+        await writer.emit("delta", i)
+    assert await writer.take_rest() == ()
+    written = await store.list_events(run.id, after=2, limit=10_000)
+    assert [e.data for e in written] == list(range(MAX_CARRIED + 1))
+
+
+async def test_a_lost_lease_leaves_nothing_to_carry(store: Store) -> None:
+    run = await _claimed(store, "w1")
+    lost: list[bool] = []
+    writer = EventBatcher(store, "w1").writer(Lease(run.id, run.attempt), lambda: lost.append(True))
+    await store.fail("w1", Lease(run.id, 1), error="x", retryable=True, retry_in_seconds=0)
+    await writer.emit("log", "too late")
+    await wait_for(lambda: writer.writing, timeout=10, interval=0, message="a write under way")
+    await writer.emit("log", "later still")
+    assert await writer.take_rest() == ()
+    assert lost == [True]
+    kinds = [e.kind for e in await store.list_events(run.id, after=0, limit=100)]
+    assert "log" not in kinds

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import anyio
+import asyncpg
 
 from runq.model import (
+    Completion,
     Lease,
     NewEvent,
     RunEvent,
 )
+from runq.seal import Sealer
 from runq.store import events as event_rows
+from runq.store import rows
 from runq.store.postgres.base import PostgresBase
+from runq.store.postgres.statements import Statements
 
 
 class PostgresEvents(PostgresBase):
@@ -81,3 +87,80 @@ class PostgresEvents(PostgresBase):
                 )
             return
         await self._db.fetch(self._sql.events_trim, run_id, level == "none")
+
+
+async def complete_with_events(
+    con: asyncpg.Connection,
+    sql: Statements,
+    sealer: Sealer,
+    worker_id: str,
+    ordered: Sequence[Completion],
+) -> set[str]:
+    """``complete_many`` of a batch in which some completions carry events or a privacy
+    trim, inside the caller's transaction: the numbers of the carried events are reserved
+    under the fence (which locks the rows), then one statement completes the batch, inserts
+    the events and trims the stored ones. The ids the completion applied to."""
+    carrying = [c for c in ordered if c.events]
+    last: dict[str, int] = {}
+    if carrying:
+        reserved = await con.fetch(
+            sql.events_reserve_many,
+            worker_id,
+            [c.run_id for c in carrying],
+            [c.attempt for c in carrying],
+            [len(c.events) for c in carrying],
+        )
+        last = {row["id"]: row["event_seq"] for row in reserved}
+    events: list[list[Any]] = [[], [], [], [], []]
+    for c in carrying:
+        if c.run_id not in last:
+            continue  # fenced off: neither its events nor its completion are written
+        first = last[c.run_id] - len(c.events) + 1
+        batch = event_rows.settled_batch(
+            sealer, c.run_id, first, c.events, c.trim_level, c.redacted_max_chars
+        )
+        for seq, kind, data in batch:
+            for column, value in zip(events, (c.run_id, seq, c.attempt, kind, data), strict=True):
+                column.append(value)
+    cleared = [c.run_id for c in ordered if c.trim_level in ("metadata", "none")]
+    resealed = await _redacted_stored(con, sql, sealer, ordered)
+    reseal_columns = [list(col) for col in zip(*resealed, strict=True)] or [[], [], []]
+    done = await con.fetch(
+        sql.events_complete_many,
+        worker_id,
+        [c.run_id for c in ordered],
+        [c.attempt for c in ordered],
+        [rows.seal_answer(sealer, c) for c in ordered],
+        [c.termination_reason.value for c in ordered],
+        *events,
+        cleared,
+        *reseal_columns,
+    )
+    applied = {row["id"] for row in done}
+    wiped = [c.run_id for c in ordered if c.trim_level == "none" and c.run_id in applied]
+    if wiped:
+        await con.execute(sql.events_wipe_many, wiped)
+    return applied
+
+
+async def _redacted_stored(
+    con: asyncpg.Connection, sql: Statements, sealer: Sealer, ordered: Sequence[Completion]
+) -> list[tuple[str, int, bytes]]:
+    """(run id, seq, re-sealed redacted data) of what the batch's ``redacted`` runs stored
+    before completing (earlier flushes, earlier attempts)."""
+    limits = {c.run_id: c.redacted_max_chars for c in ordered if c.trim_level == "redacted"}
+    if not limits:
+        return []
+    stored = await con.fetch(sql.events_sealed_many, list(limits))
+    by_run: dict[str, list[tuple[int, bytes]]] = {}
+    for row in stored:
+        by_run.setdefault(row["run_id"], []).append((row["seq"], row["data"]))
+
+    def redact() -> list[tuple[str, int, bytes]]:
+        return [
+            (run_id, seq, data)
+            for run_id, found in by_run.items()
+            for seq, data in event_rows.redacted(sealer, run_id, found, limits[run_id])
+        ]
+
+    return await anyio.to_thread.run_sync(redact) if by_run else []

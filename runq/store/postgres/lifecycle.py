@@ -20,6 +20,7 @@ from runq.store.postgres.base import (
     _blocked_params,
     _running,
 )
+from runq.store.postgres.events import complete_with_events
 
 
 class PostgresLifecycle(PostgresBase):
@@ -138,6 +139,12 @@ class PostgresLifecycle(PostgresBase):
         if not completions:
             return FenceResult()
         ordered = sorted(completions, key=lambda c: c.run_id)
+        if any(c.events or c.trim_level is not None for c in ordered):
+            async with self._db.transaction() as con:
+                applied = await complete_with_events(
+                    con, self._sql, self._sealer, worker_id, ordered
+                )
+            return rows.fence_result(completions, applied)
         done = await self._db.fetch(
             self._sql.complete,
             worker_id,

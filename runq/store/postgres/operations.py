@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
 import asyncpg
 
 from runq.model import (
@@ -16,6 +17,7 @@ from runq.model import (
     WorkerInfo,
 )
 from runq.seal import SEALED_COLUMNS
+from runq.store import events as event_rows
 from runq.store import messages, rows
 from runq.store.postgres import statements as pg_sql
 from runq.store.postgres.base import PostgresBase
@@ -155,8 +157,24 @@ class PostgresOperations(PostgresBase):
                     [r["id"] for r in page],
                     *(columns[c] for c in SEALED_COLUMNS),
                 )
+            resealed += await self._reseal_events(con, [r["id"] for r in page])
             last: str = page[-1]["id"]
             return last, resealed
+
+    async def _reseal_events(self, con: asyncpg.Connection, run_ids: list[str]) -> int:
+        """Re-seal the handler data in the event logs of a rotation page; how many values."""
+        key_id = self._sealer.sealing_key_id
+        stored = await con.fetch(self._sql.events_rotation_select, run_ids, key_id)
+        if not stored:
+            return 0
+        found = [(r["run_id"], r["seq"], r["data"]) for r in stored]
+        resealed = await anyio.to_thread.run_sync(event_rows.resealed_events, self._sealer, found)
+        if resealed:
+            await con.execute(
+                self._sql.events_rotation_update,
+                *(list(column) for column in zip(*resealed, strict=True)),
+            )
+        return len(resealed)
 
     async def count_runs(self) -> int:
         total: int = await self._db.fetchval(self._sql.count_runs, retry=True)

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from typing import Any
 
 import anyio
 
 from runq.model import (
+    Completion,
     Lease,
     NewEvent,
     RunEvent,
 )
+from runq.seal import Sealer
 from runq.store import events as event_rows
 from runq.store.sqlite.base import SqliteBase
+from runq.store.sqlite.statements import Statements
 
 
 class SqliteEvents(SqliteBase):
@@ -81,3 +85,41 @@ class SqliteEvents(SqliteBase):
             return
         params = {"id": run_id, "all": level == "none"}
         await self._write(lambda conn, now: conn.execute(self._sql.events_trim, params))
+
+
+def complete_with_events(
+    conn: sqlite3.Connection,
+    sql: Statements,
+    sealer: Sealer,
+    params: dict[str, Any],
+    completion: Completion,
+) -> bool:
+    """One completion of ``complete_many`` that carries events or a privacy trim, inside
+    the batch's write transaction: the carried events are numbered after the stored ones
+    (before the ``completed`` row the trigger adds), the completion is written, and the
+    run's stored events are cut to its ``trim_level``. True when the completion applied."""
+    c, run_id = completion, completion.run_id
+    fence = {"id": run_id, "attempt": c.attempt, "worker": params["worker"]}
+    if conn.execute(sql.events_fence, fence).fetchone() is None:
+        return False
+    # Read before the carried events are added: those are written redacted already.
+    redacted: list[tuple[int, bytes]] = []
+    if c.trim_level == "redacted":
+        stored = conn.execute(sql.events_sealed, (run_id,)).fetchall()
+        redacted = event_rows.redacted(sealer, run_id, stored, c.redacted_max_chars)
+    if c.events:
+        (last,) = conn.execute(sql.events_last_seq, (run_id,)).fetchone()
+        batch = event_rows.settled_batch(
+            sealer, run_id, last + 1, c.events, c.trim_level, c.redacted_max_chars
+        )
+        conn.executemany(
+            sql.events_insert,
+            [(run_id, seq, c.attempt, params["now"], kind, data) for seq, kind, data in batch],
+        )
+    if not conn.execute(sql.complete, params).fetchone():
+        return False  # the fence held above, in this same write transaction
+    if c.trim_level in ("metadata", "none"):
+        conn.execute(sql.events_trim, {"id": run_id, "all": c.trim_level == "none"})
+    elif redacted:
+        conn.executemany(sql.events_reseal, [(data, run_id, seq) for seq, data in redacted])
+    return True

@@ -23,6 +23,7 @@ from runq.store import messages, rows
 from runq.store.sqlite import statements as sql
 from runq.store.sqlite.base import SqliteBase, _blocked_params, _json
 from runq.store.sqlite.connection import Row
+from runq.store.sqlite.events import complete_with_events
 
 
 class SqliteLifecycle(SqliteBase):
@@ -161,8 +162,12 @@ class SqliteLifecycle(SqliteBase):
             # One transaction, one prepared statement executed per run (no round trips):
             # each write is fenced on its own row, so one lost lease fences only itself.
             applied: set[str] = set()
-            for params in batch:
-                if conn.execute(self._sql.complete, {**params, "now": now}).fetchone():
+            for params, c in zip(batch, completions, strict=True):
+                params = {**params, "now": now}
+                if c.events or c.trim_level is not None:
+                    if complete_with_events(conn, self._sql, self._sealer, params, c):
+                        applied.add(c.run_id)
+                elif conn.execute(self._sql.complete, params).fetchone():
                     applied.add(params["id"])
             return applied
 

@@ -15,6 +15,7 @@ from runq.model import (
     WorkerInfo,
 )
 from runq.seal import SEALED_COLUMNS
+from runq.store import events as event_rows
 from runq.store import messages, rows
 from runq.store.sqlite import statements as sql
 from runq.store.sqlite.base import SqliteBase
@@ -175,19 +176,31 @@ class SqliteOperations(SqliteBase):
         )
         if not page:
             return None, 0
-        # (statement, (new value, id, old value)): opened and re-sealed outside the write lock.
-        updates: list[tuple[str, tuple[bytes, str, bytes]]] = []
+        # (statement, parameters: the new value first, the old one last), opened and
+        # re-sealed outside the write lock.
+        updates: list[tuple[str, tuple[Any, ...]]] = []
         for row in page:
             for column in SEALED_COLUMNS:
                 new = rows.resealed(self._sealer, column, row["id"], row[column])
                 if new is not None:
                     updates.append((self._sql.reseal_update[column], (new, row["id"], row[column])))
 
+        last: str = page[-1]["id"]
+        # The handler data in the event logs of the same runs (ids in (after_id, last]).
+        events_sql = self._sql.events_rotation_select
+        key_id = self._sealer.sealing_key_id
+        stored = await self._read(
+            lambda conn, now: conn.execute(events_sql, (after_id, last, key_id)).fetchall()
+        )
+        old_data = {(r[0], r[1]): bytes(r[2]) for r in stored}
+        for run_id, seq, new in event_rows.resealed_events(self._sealer, stored):
+            old = old_data[(run_id, seq)]
+            updates.append((self._sql.events_rotation_update, (new, run_id, seq, old)))
+
         def body(conn: sqlite3.Connection, now: float) -> int:
             return sum(conn.execute(statement, args).rowcount for statement, args in updates)
 
         resealed = await self._write(body) if updates else 0
-        last: str = page[-1]["id"]
         return last, resealed
 
     async def count_runs(self) -> int:

@@ -117,6 +117,11 @@ class Statements:
     events_trim: str
     events_sealed: str
     events_reseal: str
+    events_complete_many: str
+    events_wipe_many: str
+    events_sealed_many: str
+    events_rotation_select: str
+    events_rotation_update: str
 
 
 def _migration_sql(s: str, now: str) -> dict[str, str]:

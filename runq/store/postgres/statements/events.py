@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from runq.store.postgres.statements.common import _still_running
+from runq.store.postgres.statements.operations import complete_update
 from runq.store.statements import fenced
 
 
@@ -40,6 +41,54 @@ def _events_sql(s: str, now: str) -> dict[str, str]:
             )
             SELECT count(pg_notify($6::text, 'event:' || run_id || ':' || last))
             FROM (SELECT run_id, max(seq) AS last FROM v GROUP BY run_id) AS l""",
+        # A completion batch with the events its handlers emitted last (numbers reserved
+        # by events_reserve_many in the same transaction) and the privacy trim of the runs
+        # it completes: $1-$5 as ``complete``; $6-$10 the events (run ids, seqs, attempts,
+        # kinds, sealed data); $11 runs whose stored data is cleared (metadata, none); $12-$14
+        # re-sealed redacted data (run ids, seqs, data). Everything but the completion
+        # applies only to runs the fenced completion applied to. Sibling CTEs see the
+        # table as it was before the statement, so the trims never touch the rows inserted
+        # here (those are written as the level keeps them).
+        "events_complete_many": f"""
+            WITH done AS ({complete_update(s, now)}),
+            ins AS (
+                INSERT INTO {s}.run_events (run_id, seq, attempt, at, kind, data)
+                SELECT e.run_id, e.seq, e.attempt, {now}, e.kind, e.data
+                FROM unnest($6::text[], $7::bigint[], $8::int[], $9::text[], $10::bytea[])
+                    AS e(run_id, seq, attempt, kind, data)
+                WHERE e.run_id IN (SELECT id FROM done)
+            ),
+            cleared AS (
+                UPDATE {s}.run_events SET data = NULL
+                WHERE run_id = ANY($11::text[]) AND run_id IN (SELECT id FROM done)
+                  AND data IS NOT NULL
+            ),
+            resealed AS (
+                UPDATE {s}.run_events AS e SET data = x.data
+                FROM unnest($12::text[], $13::bigint[], $14::bytea[]) AS x(run_id, seq, data)
+                WHERE e.run_id = x.run_id AND e.seq = x.seq
+                  AND x.run_id IN (SELECT id FROM done)
+            )
+            SELECT id FROM done""",
+        # Level none, after the completion (its trigger's `completed` row included).
+        "events_wipe_many": f"""
+            UPDATE {s}.run_events SET data = NULL, info = NULL
+            WHERE run_id = ANY($1::text[]) AND (data IS NOT NULL OR info IS NOT NULL)""",
+        # What the runs of a completion batch stored (redacted in the same transaction).
+        "events_sealed_many": f"""
+            SELECT run_id, seq, data FROM {s}.run_events
+            WHERE run_id = ANY($1::text[]) AND data IS NOT NULL ORDER BY run_id, seq""",
+        # Key rotation: the handler data of a page of runs not sealed under key $2, locked
+        # so no trim lands between the read and the re-seal.
+        "events_rotation_select": f"""
+            SELECT run_id, seq, data FROM {s}.run_events
+            WHERE run_id = ANY($1::text[]) AND data IS NOT NULL
+              AND substring(data FROM 4 FOR 8) IS DISTINCT FROM $2::bytea
+            ORDER BY run_id, seq FOR UPDATE""",
+        "events_rotation_update": f"""
+            UPDATE {s}.run_events AS e SET data = x.data
+            FROM unnest($1::text[], $2::bigint[], $3::bytea[]) AS x(run_id, seq, data)
+            WHERE e.run_id = x.run_id AND e.seq = x.seq""",
         "events_list": f"""
             SELECT seq, attempt, at, kind, info::text AS info, data FROM {s}.run_events
             WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3""",

@@ -63,6 +63,22 @@ def _reap_sql(s: str, now: str) -> str:
                ARRAY(SELECT id FROM upd WHERE status = 'failed' ORDER BY id) AS dead"""
 
 
+def complete_update(s: str, now: str) -> str:
+    """The fenced completion of a batch: $1 worker, $2.. ids, attempts, sealed answers,
+    termination reasons; returns the ids it applied to. The event log's completion
+    (``events_complete_many``) wraps this very statement."""
+    return f"""
+            UPDATE {s}.runs AS r SET
+                status = {target_of("complete")}, answer = v.answer, termination_reason = v.reason,
+                completed_at = {now}, updated_at = {now}, locked_by = NULL, locked_at = NULL,
+                resume_state = NULL, decision = NULL, non_idempotent = false
+            FROM unnest($2::text[], $3::int[], $4::bytea[], $5::text[])
+                AS v(id, attempt, answer, reason)
+            WHERE r.id = v.id AND r.attempt = v.attempt AND r.locked_by = $1
+              AND {_still_running("r")}
+            RETURNING r.id"""
+
+
 def _worker_sql(s: str, now: str) -> dict[str, str]:
     """Lease-holder verbs: heartbeat, completion, failure, pause, cancel settlement."""
     retry = "($4::bool AND attempt < max_attempts AND NOT non_idempotent)"
@@ -76,16 +92,7 @@ def _worker_sql(s: str, now: str) -> dict[str, str]:
             WHERE r.id = v.id AND r.attempt = v.attempt AND r.locked_by = $1
               AND {_still_running("r")}
             RETURNING r.id, r.attempt, r.cancel_requested""",
-        "complete": f"""
-            UPDATE {s}.runs AS r SET
-                status = {target_of("complete")}, answer = v.answer, termination_reason = v.reason,
-                completed_at = {now}, updated_at = {now}, locked_by = NULL, locked_at = NULL,
-                resume_state = NULL, decision = NULL, non_idempotent = false
-            FROM unnest($2::text[], $3::int[], $4::bytea[], $5::text[])
-                AS v(id, attempt, answer, reason)
-            WHERE r.id = v.id AND r.attempt = v.attempt AND r.locked_by = $1
-              AND {_still_running("r")}
-            RETURNING r.id""",
+        "complete": complete_update(s, now),
         # $4 retryable, $5 retry delay, $6 error, $7 sealed error detail. SET sees the old
         # row, so every CASE judges the run as it was before this failure.
         "fail": f"""

@@ -121,6 +121,8 @@ class Statements:
     events_trim: str
     events_sealed: str
     events_reseal: str
+    events_rotation_select: str
+    events_rotation_update: str
 
 
 def _migrations(m: str) -> dict[str, str]:

@@ -28,4 +28,14 @@ def _events(t: str, e: str) -> dict[str, str]:
             f"SELECT seq, data FROM {e} WHERE run_id = ? AND data IS NOT NULL ORDER BY seq"
         ),
         "events_reseal": f"UPDATE {e} SET data = ? WHERE run_id = ? AND seq = ?",
+        # Key rotation: the handler data of the runs in (first, last] not sealed under the
+        # key given (bytes 4-11 of a sealed value are its key id).
+        "events_rotation_select": (
+            f"SELECT run_id, seq, data FROM {e} WHERE run_id > ? AND run_id <= ?"
+            " AND data IS NOT NULL AND substr(data, 4, 8) IS NOT ? ORDER BY run_id, seq"
+        ),
+        # Compare-and-set on the old value: data trimmed meanwhile stays trimmed.
+        "events_rotation_update": (
+            f"UPDATE {e} SET data = ? WHERE run_id = ? AND seq = ? AND data = ?"
+        ),
     }
