@@ -204,6 +204,27 @@ async def test_a_completion_writes_the_events_it_carries_before_its_completed_ev
     assert (await store.get(run.id)).answer == {"ok": True}  # type: ignore[union-attr]
 
 
+async def test_events_a_completion_carries_follow_an_event_that_came_between(
+    store: Store,
+) -> None:
+    """A cancel request recorded while the handler ran adds an event the worker did not
+    write: the carried events are numbered after it all the same."""
+    run = await _claimed(store)
+    await store.cancel(run.id)  # running: only recorded (its own lifecycle event)
+    await store.complete_many("w1", [_completion(run, _events(("delta", 1), ("delta", 2)))])
+    events = await store.list_events(run.id, after=0, limit=100)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert [e.kind for e in events] == [
+        "submitted",
+        "claimed",
+        "cancel_requested",
+        "delta",
+        "delta",
+        "completed",
+    ]
+    assert [e.data for e in events[3:5]] == [1, 2]
+
+
 async def test_a_fenced_off_completion_writes_none_of_the_events_it_carries(
     store: Store,
 ) -> None:

@@ -44,6 +44,19 @@ def _running(found: Sequence[Any]) -> tuple[float, list[tuple[str, str | None, i
     ]
 
 
+class EventSeqs(dict[str, int]):
+    """Run id → the last event number seen for it (``PostgresBase._event_seqs``). A hint:
+    bounded by clearing (a missing entry only costs the slower write), entries leave
+    with their run's completion."""
+
+    MAX_RUNS = 65_536
+
+    def note(self, run_id: str, seq: int) -> None:
+        if len(self) >= self.MAX_RUNS:
+            self.clear()
+        self[run_id] = seq
+
+
 class PostgresBase:
     """The state every PostgreSQL verb group reads; ``PostgresStore`` is the whole store.
 
@@ -102,6 +115,10 @@ class PostgresBase:
         self._claims_opening = asyncio.Lock()
         self._sql_offset = 0.0
         self._sql_cache = pg_sql.build(schema, 0.0)
+        #: The ``event_seq`` this replica last saw for runs it holds (claim, event append):
+        #: a completion carrying events numbers them from it in one statement, checked
+        #: there; a run missing here, or whose number moved, takes the longer transaction.
+        self._event_seqs = EventSeqs()
 
     @property
     def channel(self) -> str:

@@ -17,7 +17,8 @@ from runq.model import (
 from runq.seal import Sealer
 from runq.store import events as event_rows
 from runq.store import rows
-from runq.store.postgres.base import PostgresBase
+from runq.store.postgres.base import EventSeqs, PostgresBase
+from runq.store.postgres.connection import Pool
 from runq.store.postgres.statements import Statements
 
 
@@ -64,7 +65,9 @@ class PostgresEvents(PostgresBase):
                 await con.fetchval(
                     sql.events_insert_many, ids, attempts, seqs, kinds, data, self.channel
                 )
-            return set(last)
+        for run_id, seq in last.items():
+            self._event_seqs.note(run_id, seq)
+        return set(last)
 
     async def list_events(self, run_id: str, *, after: int, limit: int) -> list[RunEvent]:
         found = await self._db.fetch(self._sql.events_list, run_id, after, limit, retry=True)
@@ -87,6 +90,62 @@ class PostgresEvents(PostgresBase):
                 )
             return
         await self._db.fetch(self._sql.events_trim, run_id, level == "none")
+
+
+#: Trim levels the one-statement completion applies itself (``redacted`` reads the stored
+#: values, ``none`` rewrites the ``completed`` row after it: both take the transaction).
+_ONE_STATEMENT_LEVELS = (None, "full", "metadata")
+
+
+async def complete_carrying(
+    db: Pool,
+    sql: Statements,
+    sealer: Sealer,
+    worker_id: str,
+    ordered: Sequence[Completion],
+    known: EventSeqs,
+) -> set[str]:
+    """``complete_many`` of a batch in which some completions carry events or a trim. One
+    statement when every carried event's number is known from ``known`` (the common case:
+    runs that emitted only while their handler ran, nothing flushed since the claim or
+    since their last append), checked there; what that leaves undecided, or the whole batch
+    when a number is unknown, in ``complete_with_events``'s transaction. The ids applied."""
+    expected = {c.run_id: known.pop(c.run_id, None) for c in ordered}
+    one_statement = all(c.trim_level in _ONE_STATEMENT_LEVELS for c in ordered) and all(
+        expected[c.run_id] is not None for c in ordered if c.events
+    )
+    if not one_statement:
+        async with db.transaction() as con:
+            return await complete_with_events(con, sql, sealer, worker_id, ordered)
+    events: list[list[Any]] = [[], [], [], [], []]
+    for c in ordered:
+        first = (expected[c.run_id] or 0) + 1
+        batch = event_rows.settled_batch(
+            sealer, c.run_id, first, c.events, c.trim_level, c.redacted_max_chars
+        )
+        for seq, kind, data in batch:
+            for column, value in zip(events, (c.run_id, seq, c.attempt, kind, data), strict=True):
+                column.append(value)
+    done = await db.fetch(
+        sql.events_complete_one,
+        worker_id,
+        [c.run_id for c in ordered],
+        [c.attempt for c in ordered],
+        [rows.seal_answer(sealer, c) for c in ordered],
+        [c.termination_reason.value for c in ordered],
+        [expected[c.run_id] or 0 for c in ordered],
+        [len(c.events) for c in ordered],
+        *events,
+        [c.run_id for c in ordered if c.trim_level == "metadata"],
+    )
+    applied = {row["id"] for row in done}
+    # Carrying runs left out: fenced off, or their number moved (a cancel request's event
+    # came between); the transaction's fence tells which.
+    again = [c for c in ordered if c.events and c.run_id not in applied]
+    if again:
+        async with db.transaction() as con:
+            applied |= await complete_with_events(con, sql, sealer, worker_id, again)
+    return applied
 
 
 async def complete_with_events(

@@ -20,7 +20,7 @@ from runq.store.postgres.base import (
     _blocked_params,
     _running,
 )
-from runq.store.postgres.events import complete_with_events
+from runq.store.postgres.events import complete_carrying
 
 
 class PostgresLifecycle(PostgresBase):
@@ -51,6 +51,8 @@ class PostgresLifecycle(PostgresBase):
             found = await claims.fetch(sql.claim_affinity, worker_id, slots, *rules, deployment_id)
         else:
             found = await claims.fetch(sql.claim, worker_id, slots, *rules)
+        for row in found:
+            self._event_seqs.note(row["id"], row["event_seq"])
         runs, broken = rows.open_claimed(rows.in_claim_order(found), self._sealer)
         if broken:
             # Given back, not left running: a replica holding the wrong keys must neither
@@ -140,10 +142,9 @@ class PostgresLifecycle(PostgresBase):
             return FenceResult()
         ordered = sorted(completions, key=lambda c: c.run_id)
         if any(c.events or c.trim_level is not None for c in ordered):
-            async with self._db.transaction() as con:
-                applied = await complete_with_events(
-                    con, self._sql, self._sealer, worker_id, ordered
-                )
+            applied = await complete_carrying(
+                self._db, self._sql, self._sealer, worker_id, ordered, self._event_seqs
+            )
             return rows.fence_result(completions, applied)
         done = await self._db.fetch(
             self._sql.complete,

@@ -118,6 +118,7 @@ class Statements:
     events_sealed: str
     events_reseal: str
     events_complete_many: str
+    events_complete_one: str
     events_wipe_many: str
     events_sealed_many: str
     events_rotation_select: str

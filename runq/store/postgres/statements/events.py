@@ -70,6 +70,27 @@ def _events_sql(s: str, now: str) -> dict[str, str]:
                   AND x.run_id IN (SELECT id FROM done)
             )
             SELECT id FROM done""",
+        # The same in one statement when every carried event's number is known: $6 the
+        # event_seq each run must still have (what this replica last saw: its claim or its
+        # last append), $7 how many events it carries; $8-$12 the events; $13 runs whose
+        # stored data is cleared (metadata). A run whose event_seq moved meanwhile (a cancel
+        # request's event) is left alone, not completed: the caller writes it again with
+        # events_complete_many. Needs migration 0011 (``completed`` after NEW.event_seq).
+        "events_complete_one": f"""
+            WITH done AS ({complete_update(s, now, numbered=True)}),
+            ins AS (
+                INSERT INTO {s}.run_events (run_id, seq, attempt, at, kind, data)
+                SELECT e.run_id, e.seq, e.attempt, {now}, e.kind, e.data
+                FROM unnest($8::text[], $9::bigint[], $10::int[], $11::text[], $12::bytea[])
+                    AS e(run_id, seq, attempt, kind, data)
+                WHERE e.run_id IN (SELECT id FROM done)
+            ),
+            cleared AS (
+                UPDATE {s}.run_events SET data = NULL
+                WHERE run_id = ANY($13::text[]) AND run_id IN (SELECT id FROM done)
+                  AND data IS NOT NULL
+            )
+            SELECT id FROM done""",
         # Level none, after the completion (its trigger's `completed` row included).
         "events_wipe_many": f"""
             UPDATE {s}.run_events SET data = NULL, info = NULL

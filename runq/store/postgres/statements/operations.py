@@ -63,19 +63,26 @@ def _reap_sql(s: str, now: str) -> str:
                ARRAY(SELECT id FROM upd WHERE status = 'failed' ORDER BY id) AS dead"""
 
 
-def complete_update(s: str, now: str) -> str:
+def complete_update(s: str, now: str, *, numbered: bool = False) -> str:
     """The fenced completion of a batch: $1 worker, $2.. ids, attempts, sealed answers,
-    termination reasons; returns the ids it applied to. The event log's completion
-    (``events_complete_many``) wraps this very statement."""
+    termination reasons; returns the ids it applied to. The event log's completions
+    (``events_complete_*``) wrap this very statement. ``numbered``: $6 each run's expected
+    ``event_seq`` and $7 how many events it carries; a run carrying events completes only at
+    that ``event_seq`` and moves it past them (the trigger numbers ``completed`` after)."""
+    seq_set, seq_columns, seq_types, seq_check = "", "", "", ""
+    if numbered:
+        seq_set = ", event_seq = r.event_seq + v.n"
+        seq_columns, seq_types = ", expected, n", ", $6::bigint[], $7::bigint[]"
+        seq_check = " AND (v.n = 0 OR r.event_seq = v.expected)"
     return f"""
             UPDATE {s}.runs AS r SET
                 status = {target_of("complete")}, answer = v.answer, termination_reason = v.reason,
                 completed_at = {now}, updated_at = {now}, locked_by = NULL, locked_at = NULL,
-                resume_state = NULL, decision = NULL, non_idempotent = false
-            FROM unnest($2::text[], $3::int[], $4::bytea[], $5::text[])
-                AS v(id, attempt, answer, reason)
+                resume_state = NULL, decision = NULL, non_idempotent = false{seq_set}
+            FROM unnest($2::text[], $3::int[], $4::bytea[], $5::text[]{seq_types})
+                AS v(id, attempt, answer, reason{seq_columns})
             WHERE r.id = v.id AND r.attempt = v.attempt AND r.locked_by = $1
-              AND {_still_running("r")}
+              AND {_still_running("r")}{seq_check}
             RETURNING r.id"""
 
 
