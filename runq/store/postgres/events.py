@@ -117,15 +117,7 @@ async def complete_carrying(
     if not one_statement:
         async with db.transaction() as con:
             return await complete_with_events(con, sql, sealer, worker_id, ordered)
-    events: list[list[Any]] = [[], [], [], [], []]
-    for c in ordered:
-        first = (expected[c.run_id] or 0) + 1
-        batch = event_rows.settled_batch(
-            sealer, c.run_id, first, c.events, c.trim_level, c.redacted_max_chars
-        )
-        for seq, kind, data in batch:
-            for column, value in zip(events, (c.run_id, seq, c.attempt, kind, data), strict=True):
-                column.append(value)
+    events = _event_columns(sealer, [(c, (expected[c.run_id] or 0) + 1) for c in ordered])
     done = await db.fetch(
         sql.events_complete_one,
         worker_id,
@@ -170,17 +162,11 @@ async def complete_with_events(
             [len(c.events) for c in carrying],
         )
         last = {row["id"]: row["event_seq"] for row in reserved}
-    events: list[list[Any]] = [[], [], [], [], []]
-    for c in carrying:
-        if c.run_id not in last:
-            continue  # fenced off: neither its events nor its completion are written
-        first = last[c.run_id] - len(c.events) + 1
-        batch = event_rows.settled_batch(
-            sealer, c.run_id, first, c.events, c.trim_level, c.redacted_max_chars
-        )
-        for seq, kind, data in batch:
-            for column, value in zip(events, (c.run_id, seq, c.attempt, kind, data), strict=True):
-                column.append(value)
+    # A run missing from ``last`` is fenced off: neither its events nor its completion
+    # are written.
+    events = _event_columns(
+        sealer, [(c, last[c.run_id] - len(c.events) + 1) for c in carrying if c.run_id in last]
+    )
     cleared = [c.run_id for c in ordered if c.trim_level in ("metadata", "none")]
     resealed = await _redacted_stored(con, sql, sealer, ordered)
     reseal_columns = [list(col) for col in zip(*resealed, strict=True)] or [[], [], []]
@@ -200,6 +186,20 @@ async def complete_with_events(
     if wiped:
         await con.execute(sql.events_wipe_many, wiped)
     return applied
+
+
+def _event_columns(sealer: Sealer, numbered: Sequence[tuple[Completion, int]]) -> list[list[Any]]:
+    """The run ids, seqs, attempts, kinds and sealed data of the events the completions
+    carry, each completion's numbered from the seq paired with it."""
+    columns: list[list[Any]] = [[], [], [], [], []]
+    for c, first in numbered:
+        batch = event_rows.settled_batch(
+            sealer, c.run_id, first, c.events, c.trim_level, c.redacted_max_chars
+        )
+        for seq, kind, data in batch:
+            for column, value in zip(columns, (c.run_id, seq, c.attempt, kind, data), strict=True):
+                column.append(value)
+    return columns
 
 
 async def _redacted_stored(
