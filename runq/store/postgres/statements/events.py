@@ -75,7 +75,7 @@ def _events_sql(s: str, now: str) -> dict[str, str]:
         # last append), $7 how many events it carries; $8-$12 the events; $13 runs whose
         # stored data is cleared (metadata). A run whose event_seq moved meanwhile (a cancel
         # request's event) is left alone, not completed: the caller writes it again with
-        # events_complete_many. Needs migration 0011 (``completed`` after NEW.event_seq).
+        # events_complete_many. Needs migration 0012 (``completed`` after NEW.event_seq).
         "events_complete_one": f"""
             WITH done AS ({complete_update(s, now, numbered=True)}),
             ins AS (
