@@ -3,6 +3,13 @@
 PostgreSQL is at RUNQ_TEST_POSTGRES_URL (default postgresql://postgres@127.0.0.1:5432/test).
 Where it is unreachable the Postgres tests skip with a reason, except under CI=true,
 where they fail.
+
+Tests marked ``exclusive`` (they stop or restart the shared PostgreSQL, or bound a latency
+that tests running beside them would distort) must run alone:
+``--exclusive=skip`` leaves them out (the parallel run of scripts/test, ``-n``),
+``--exclusive=only`` runs nothing else (its serial run). An xdist worker refuses to run
+one, so ``pytest -n 2`` without ``--exclusive=skip`` fails instead of cutting off the
+other workers' sessions.
 """
 
 from __future__ import annotations
@@ -24,6 +31,45 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 ENGINES = ("sqlite", "postgres")
 #: One key for the whole session; tests of rotation make their own.
 TEST_KEY = bytes(range(32))
+
+
+EXCLUSIVE_CHOICES = ("include", "skip", "only")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--exclusive",
+        choices=EXCLUSIVE_CHOICES,
+        default="include",
+        help="tests marked exclusive (they stop PostgreSQL): include (default), skip, only",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mode = config.getoption("exclusive")
+    if mode == "include":
+        return
+    keep = [i for i in items if _is_exclusive(i) == (mode == "only")]
+    dropped = [i for i in items if _is_exclusive(i) != (mode == "only")]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+def _is_exclusive(item: pytest.Item) -> bool:
+    return item.get_closest_marker("exclusive") is not None
+
+
+@pytest.hookimpl(tryfirst=True)  # before any fixture of the test is set up
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # On an xdist worker other tests run at the same time: a PostgreSQL restart would fail
+    # them at random. This test fails instead, before it touches anything.
+    if _is_exclusive(item) and hasattr(item.config, "workerinput"):
+        pytest.fail(
+            "marked exclusive: cannot run under xdist (-n); run it alone with "
+            "--exclusive=only and the rest with --exclusive=skip (scripts/test does both)",
+            pytrace=False,
+        )
 
 
 @pytest.fixture

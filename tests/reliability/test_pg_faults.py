@@ -2,8 +2,9 @@
 
 WARNING: these tests restart and stop the PostgreSQL cluster at RUNQ_TEST_POSTGRES_URL
 (``pg_ctlcluster``). They must not run concurrently with any other test suite on the same
-server: every other session is cut off. pytest runs serially in CI, where that is fine; the
-server is always started again (and waited for) in a ``finally``.
+server: every other session is cut off. They are marked ``exclusive``: scripts/test runs them
+alone, after the parallel run; the server is always started again (and waited for) in a
+``finally``.
 
 One replica executes runs (each takes 0.3 s, so some are always in flight) while a producer
 submits over HTTP and a prober reads ``/readyz`` and ``/healthz``. The server is restarted,
@@ -36,7 +37,9 @@ from serve_harness import PG_URL, RunqServer, RunqSetup, ServeFactory
 from reliability.pg_control import PostgresControl, control_or_skip
 from runq.model import Status
 
-pytestmark = [pytest.mark.anyio, pytest.mark.daemon, pytest.mark.postgres]
+# exclusive: stopping the cluster would fail every test running beside these (scripts/test
+# runs them in its serial pass, alone).
+pytestmark = [pytest.mark.anyio, pytest.mark.daemon, pytest.mark.postgres, pytest.mark.exclusive]
 
 POLL = 30.0
 CONFIG = {

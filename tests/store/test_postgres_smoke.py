@@ -196,6 +196,7 @@ def _cluster() -> tuple[str, str] | None:
     return (versions[-1], "main") if versions else None
 
 
+@pytest.mark.exclusive  # restarts the cluster: never beside other tests
 @pytest.mark.skipif(
     os.environ.get("RUNQ_TEST_PG_RESTART") != "1",
     reason="restarts the shared PostgreSQL cluster; set RUNQ_TEST_PG_RESTART=1",
