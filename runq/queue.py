@@ -30,13 +30,16 @@ from runq.flow.waits import WaitInputs, explain
 from runq.log import get_logger
 from runq.metrics import SUBMISSIONS
 from runq.model import (
+    ALL_RUNS,
     COMPONENT_TYPES,
     Actor,
     Lease,
     NewRun,
     Page,
     Run,
+    RunCursor,
     RunEvent,
+    RunFilter,
     Stats,
     Status,
     SubmitResult,
@@ -494,6 +497,8 @@ class Queue:
         sort_by: str = "created_at",
         sort_order: str = "desc",
         user_id: str | None = None,
+        where: RunFilter = ALL_RUNS,
+        after: RunCursor | None = None,
     ) -> Page:
         return await self.store.list_jobs(
             statuses=statuses,
@@ -502,6 +507,8 @@ class Queue:
             sort_by=sort_by,
             sort_order=sort_order,
             user_id=user_id,
+            where=where,
+            after=after,
         )
 
     async def stats(self) -> Stats:

@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from runq.flow import FlowRules, FlowState, Pause
 from runq.model import (
+    ALL_RUNS,
     BudgetBlock,
     ClaimedRuns,
     Completion,
@@ -32,7 +33,10 @@ from runq.model import (
     QueueHealth,
     ReapReport,
     Run,
+    RunCursor,
     RunEvent,
+    RunFilter,
+    RunList,
     ScheduleState,
     SlotFire,
     Stats,
@@ -203,9 +207,11 @@ class Store(Protocol):
         handler's full message, is sealed into its own column (NULL when None), which only
         ``error_detail`` opens."""
 
-    async def pause(self, worker_id: str, lease: Lease, *, reason: str, state: Any) -> bool:
-        """Fenced: ``paused``, resume state sealed, decision cleared, lease cleared.
-        False when fenced off."""
+    async def pause(
+        self, worker_id: str, lease: Lease, *, reason: str, state: Any, summary: str | None = None
+    ) -> bool:
+        """Fenced: ``paused``, resume state sealed, decision cleared, lease cleared;
+        ``summary`` (already cleaned) stored in clear for approvers. False when fenced off."""
 
     async def settle_cancelled(self, worker_id: str, lease: Lease) -> bool:
         """Fenced: a running run whose cancel was observed becomes ``cancelled``."""
@@ -275,9 +281,17 @@ class Store(Protocol):
         sort_by: str = "created_at",
         sort_order: str = "desc",
         user_id: str | None = None,
+        where: RunFilter = ALL_RUNS,
+        after: RunCursor | None = None,
     ) -> Page:
         """Paged listing. ``sort_by`` outside ``SORTABLE_FIELDS`` falls back to ``created_at``;
-        never interpolated. ``user_id`` restricts to one user's runs (visibility)."""
+        never interpolated. ``statuses`` and ``user_id`` narrow ``where``. ``after``: keyset
+        paging from a cursor (meaningful when sorted by ``created_at``; then ``page`` should
+        be 1, and ``next_cursor`` of the answer continues the listing)."""
+
+    async def list_runs(self, where: RunFilter, *, after: RunCursor | None, limit: int) -> RunList:
+        """At most ``limit`` runs matching ``where``, newest first (created_at, id), after the
+        cursor ``after``; one statement, no count."""
 
     async def reseal_page(self, *, after_id: str, limit: int) -> tuple[str | None, int]:
         """Key rotation: re-seal the sealed columns of up to ``limit`` runs with id > ``after_id``

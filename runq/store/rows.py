@@ -27,6 +27,8 @@ from runq.model import (
     Pause,
     Resume,
     Run,
+    RunCursor,
+    RunFilter,
     ScheduleState,
     Status,
     TerminationReason,
@@ -257,6 +259,7 @@ def row_to_run(row: RowLike, sealer: Sealer) -> Run:
         cost=row["cost"],
         concurrency_key=row["concurrency_key"],
         timeout_seconds=row["timeout_seconds"],
+        pause_summary=row["pause_summary"],
     )
 
 
@@ -389,3 +392,23 @@ def pause_from_row(row: Any) -> Pause:
         created_by=row["created_by"],
         created_at=row["created_at"],
     )
+
+
+# -- listings ---------------------------------------------------------------------------
+
+
+def listing_filter(where: RunFilter, statuses: Sequence[Status], user_id: str | None) -> RunFilter:
+    """``where`` with the older ``statuses``/``user_id`` arguments of ``list_jobs`` folded in."""
+    if statuses:
+        where = msgspec.structs.replace(where, statuses=tuple(Status(s) for s in statuses))
+    if user_id is not None:
+        where = msgspec.structs.replace(where, user_id=user_id)
+    return where
+
+
+def trimmed_page(runs: list[Run], limit: int, *, keyset: bool) -> tuple[list[Run], str | None]:
+    """A page read with ``limit + 1`` rows → the page and, when a row follows it and the
+    order is (created_at, id), the cursor of the next page."""
+    page = runs[:limit]
+    more = len(runs) > limit
+    return page, RunCursor.of(page[-1]).encode() if more and keyset and page else None

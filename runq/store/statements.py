@@ -8,9 +8,19 @@ SQL expression. Each engine's full statements are in its own ``statements`` modu
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
 from runq.errors import ConfigError
-from runq.model import DEFAULT_SORT_BY, SORTABLE_FIELDS, TRANSITIONS, Status
+from runq.flow import like_pattern
+from runq.model import (
+    DEFAULT_SORT_BY,
+    SORTABLE_FIELDS,
+    TRANSITIONS,
+    RunCursor,
+    RunFilter,
+    Status,
+)
 from runq.store.messages import REAP_EXHAUSTED_TEMPLATE
 
 #: The schema name is interpolated into every statement, so it must be a plain identifier.
@@ -88,3 +98,71 @@ def reap_exhausted_error(alias: str = "") -> str:
         elif part:
             out.append("'" + part.replace("'", "''") + "'")
     return "(" + " || ".join(out) + ")"
+
+
+class Params:
+    """Positional parameters of one statement; ``placeholder`` spells the n-th (1-based)
+    in the engine's dialect (``?`` on SQLite, ``$n`` on PostgreSQL)."""
+
+    def __init__(self, placeholder: Callable[[int], str]) -> None:
+        self.values: list[Any] = []
+        self._placeholder = placeholder
+
+    def add(self, value: Any) -> str:
+        self.values.append(value)
+        return self._placeholder(len(self.values))
+
+
+def _component_clauses(pattern: str, p: Params) -> list[str]:
+    """An exact name and ``type/*`` compare columns (index-friendly); other globs use LIKE."""
+    if pattern == "*":
+        return []
+    ctype, _, cid = pattern.partition("/")
+    if "*" not in pattern:
+        return [f"component_type = {p.add(ctype)}", f"component_id = {p.add(cid)}"]
+    if cid == "*":
+        return [f"component_type = {p.add(ctype)}"]
+    like = f"(component_type || '/' || component_id) LIKE {p.add(like_pattern(pattern))}"
+    return [f"{like} ESCAPE '\\'"]
+
+
+def listing_clauses(
+    where: RunFilter,
+    after: RunCursor | None,
+    sort_order: str,
+    p: Params,
+    *,
+    service_account: str,
+) -> list[str]:
+    """The WHERE terms of a run listing; ``service_account`` is the engine's SQL test of
+    "submitted by a service account" on the ``actor`` JSON column. The status list is
+    literal (enum values only) so it plans like a custom plan."""
+    clauses: list[str] = []
+    if where.statuses:
+        clauses.append(f"status IN ({status_list(frozenset(where.statuses))})")
+    if where.component is not None:
+        clauses += _component_clauses(where.component, p)
+    for column in ("session_id", "user_id"):
+        value = getattr(where, column)
+        if value is not None:
+            clauses.append(f"{column} = {p.add(value)}")
+    if where.deployment_id is not None:
+        # '' is stored for "no deployment".
+        clauses.append(f"deployment_id = {p.add(where.deployment_id)}")
+    if where.owner is not None:
+        clauses.append(f"user_id = {p.add(where.owner)} AND NOT {service_account}")
+    if where.created_after is not None:
+        clauses.append(f"created_at >= {p.add(where.created_after)}")
+    if where.created_before is not None:
+        clauses.append(f"created_at < {p.add(where.created_before)}")
+    if after is not None:
+        op = ">" if sort_direction(sort_order) == "ASC" else "<"
+        # The row comparison is the keyset condition; the plain bound on created_at lets
+        # an index whose next column is not id (status_created_idx) seek too.
+        at = p.add(after.created_at)
+        clauses.append(f"created_at {op}= {at} AND (created_at, id) {op} ({at}, {p.add(after.id)})")
+    return clauses
+
+
+def where_sql(clauses: list[str]) -> str:
+    return f" WHERE {' AND '.join(clauses)}" if clauses else ""

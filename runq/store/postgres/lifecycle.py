@@ -178,10 +178,12 @@ class PostgresLifecycle(PostgresBase):
         )
         return rows.fail_outcome(status)
 
-    async def pause(self, worker_id: str, lease: Lease, *, reason: str, state: Any) -> bool:
+    async def pause(
+        self, worker_id: str, lease: Lease, *, reason: str, state: Any, summary: str | None = None
+    ) -> bool:
         sealed = rows.seal_json(self._sealer, "resume_state", lease.run_id, state)
         found = await self._db.fetchval(
-            self._sql.pause, lease.run_id, lease.attempt, worker_id, reason, sealed
+            self._sql.pause, lease.run_id, lease.attempt, worker_id, reason, sealed, summary
         )
         return found is not None
 

@@ -9,9 +9,13 @@ import anyio
 import asyncpg
 
 from runq.model import (
+    ALL_RUNS,
     Page,
     QueueHealth,
     ReapReport,
+    RunCursor,
+    RunFilter,
+    RunList,
     Stats,
     Status,
     WorkerInfo,
@@ -21,6 +25,7 @@ from runq.store import events as event_rows
 from runq.store import messages, rows
 from runq.store.postgres import statements as pg_sql
 from runq.store.postgres.base import PostgresBase
+from runq.store.statements import sort_column
 
 
 def _counts(statuses: list[str] | None, ns: list[int] | None) -> dict[str, int]:
@@ -117,27 +122,48 @@ class PostgresOperations(PostgresBase):
         sort_by: str = "created_at",
         sort_order: str = "desc",
         user_id: str | None = None,
+        where: RunFilter = ALL_RUNS,
+        after: RunCursor | None = None,
     ) -> Page:
         page, limit = max(int(page), 1), max(int(limit), 1)
-        page_sql, count_sql = pg_sql.list_jobs(
+        where = rows.listing_filter(where, statuses, user_id)
+        page_sql, page_args = pg_sql.list_page(
             self.schema,
-            statuses=statuses,
-            by_user=user_id is not None,
+            where,
+            after=after,
             sort_by=sort_by,
             sort_order=sort_order,
-            limit=limit,
+            limit=limit + 1,
             offset=(page - 1) * limit,
         )
-        args = [] if user_id is None else [user_id]
+        count_sql, count_args = pg_sql.count_listed(self.schema, where)
 
         async def read(pool: asyncpg.Pool) -> tuple[int, list[Any]]:
             async with pool.acquire() as con:
-                total = await con.fetchval(count_sql, *args)
-                found = await con.fetch(page_sql, *args)
+                total = await con.fetchval(count_sql, *count_args)
+                found = await con.fetch(page_sql, *page_args)
                 return total, found
 
         total, found = await self._db.call(read, retry=True)
-        return Page(data=[self._run(r) for r in found], page=page, limit=limit, total_count=total)
+        data, cursor = rows.trimmed_page(
+            [self._run(r) for r in found], limit, keyset=sort_column(sort_by) == "created_at"
+        )
+        return Page(data=data, page=page, limit=limit, total_count=total, next_cursor=cursor)
+
+    async def list_runs(self, where: RunFilter, *, after: RunCursor | None, limit: int) -> RunList:
+        limit = max(int(limit), 1)
+        page_sql, args = pg_sql.list_page(
+            self.schema,
+            where,
+            after=after,
+            sort_by="created_at",
+            sort_order="desc",
+            limit=limit + 1,
+            offset=0,
+        )
+        found = await self._db.fetch(page_sql, *args, retry=True)
+        data, cursor = rows.trimmed_page([self._run(r) for r in found], limit, keyset=True)
+        return RunList(data=data, next_cursor=cursor)
 
     async def reseal_page(self, *, after_id: str, limit: int) -> tuple[str | None, int]:
         async with self._db.transaction() as con:

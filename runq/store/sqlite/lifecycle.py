@@ -208,9 +208,13 @@ class SqliteLifecycle(SqliteBase):
 
         return rows.fail_outcome(await self._write(body))
 
-    async def pause(self, worker_id: str, lease: Lease, *, reason: str, state: Any) -> bool:
+    async def pause(
+        self, worker_id: str, lease: Lease, *, reason: str, state: Any, summary: str | None = None
+    ) -> bool:
         sealed = rows.seal_json(self._sealer, "resume_state", lease.run_id, state)
-        return await self._fenced(self._sql.pause, worker_id, lease, reason=reason, state=sealed)
+        return await self._fenced(
+            self._sql.pause, worker_id, lease, reason=reason, state=sealed, summary=summary
+        )
 
     async def settle_cancelled(self, worker_id: str, lease: Lease) -> bool:
         return await self._fenced(self._sql.settle_cancelled, worker_id, lease)

@@ -7,9 +7,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from runq.model import (
+    ALL_RUNS,
     Page,
     QueueHealth,
     ReapReport,
+    RunCursor,
+    RunFilter,
+    RunList,
     Stats,
     Status,
     WorkerInfo,
@@ -20,6 +24,7 @@ from runq.store import messages, rows
 from runq.store.sqlite import statements as sql
 from runq.store.sqlite.base import SqliteBase
 from runq.store.sqlite.connection import Row
+from runq.store.statements import sort_column
 
 #: Sorts after every character (SQLite compares text as UTF-8 bytes, in code point order),
 #: so ``prefix + _LAST_CHARACTER`` bounds every id that starts with ``prefix``.
@@ -147,26 +152,46 @@ class SqliteOperations(SqliteBase):
         sort_by: str = "created_at",
         sort_order: str = "desc",
         user_id: str | None = None,
+        where: RunFilter = ALL_RUNS,
+        after: RunCursor | None = None,
     ) -> Page:
         page, limit = max(int(page), 1), max(int(limit), 1)
-        page_sql, count_sql = sql.list_jobs(
+        where = rows.listing_filter(where, statuses, user_id)
+        page_sql, page_args = sql.list_page(
             self.schema,
-            statuses=statuses,
-            by_user=user_id is not None,
+            where,
+            after=after,
             sort_by=sort_by,
             sort_order=sort_order,
+            limit=limit + 1,
+            offset=(page - 1) * limit,
         )
-        params: list[Any] = [str(Status(s)) for s in statuses]
-        if user_id is not None:
-            params.append(user_id)
+        count_sql, count_args = sql.count_listed(self.schema, where)
 
         def body(conn: sqlite3.Connection, now: float) -> tuple[int, list[Row]]:
-            total: int = conn.execute(count_sql, params).fetchone()[0]
-            found = conn.execute(page_sql, [*params, limit, (page - 1) * limit]).fetchall()
-            return total, found
+            total: int = conn.execute(count_sql, count_args).fetchone()[0]
+            return total, conn.execute(page_sql, page_args).fetchall()
 
         total, found = await self._read(body)
-        return Page(data=[self._run(r) for r in found], page=page, limit=limit, total_count=total)
+        data, cursor = rows.trimmed_page(
+            [self._run(r) for r in found], limit, keyset=sort_column(sort_by) == "created_at"
+        )
+        return Page(data=data, page=page, limit=limit, total_count=total, next_cursor=cursor)
+
+    async def list_runs(self, where: RunFilter, *, after: RunCursor | None, limit: int) -> RunList:
+        limit = max(int(limit), 1)
+        page_sql, args = sql.list_page(
+            self.schema,
+            where,
+            after=after,
+            sort_by="created_at",
+            sort_order="desc",
+            limit=limit + 1,
+            offset=0,
+        )
+        found = await self._read(lambda conn, now: conn.execute(page_sql, args).fetchall())
+        data, cursor = rows.trimmed_page([self._run(r) for r in found], limit, keyset=True)
+        return RunList(data=data, next_cursor=cursor)
 
     async def reseal_page(self, *, after_id: str, limit: int) -> tuple[str | None, int]:
         page = await self._read(

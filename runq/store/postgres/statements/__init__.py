@@ -19,7 +19,8 @@ from runq.store.postgres.statements.operations import (
     _maintenance_sql,
     _reap_sql,
     _worker_sql,
-    list_jobs,
+    count_listed,
+    list_page,
     reseal_select,
 )
 from runq.store.postgres.statements.runs import (
@@ -36,7 +37,8 @@ __all__ = [
     "Statements",
     "build",
     "build_schedules",
-    "list_jobs",
+    "count_listed",
+    "list_page",
     "reseal_select",
 ]
 

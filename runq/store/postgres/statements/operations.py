@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from runq.model import Status
+from runq.model import RunCursor, RunFilter
 from runq.store.postgres.statements.common import _FINAL, _fenced, _still_running
-from runq.store.statements import order_by, reap_exhausted_error, status_list, target_of
+from runq.store.statements import (
+    Params,
+    listing_clauses,
+    order_by,
+    reap_exhausted_error,
+    target_of,
+    where_sql,
+)
 
 if TYPE_CHECKING:  # the package builds Statements from this module's pieces
     from runq.store.postgres.statements import Statements
@@ -121,6 +127,7 @@ def _worker_sql(s: str, now: str) -> dict[str, str]:
         "pause": f"""
             UPDATE {s}.runs SET
                 status = {target_of("pause")}, pause_reason = $4, resume_state = $5,
+                pause_summary = $6,
                 decision = NULL, continued_at = NULL, locked_by = NULL, locked_at = NULL,
                 updated_at = {now}
             WHERE {_fenced("pause")}
@@ -231,31 +238,45 @@ def reseal_select(statements: Statements, limit: int) -> str:
     return statements.reseal_select_template.format(limit=max(int(limit), 1))
 
 
-def list_jobs(
+#: "Submitted by a service account", on the actor JSON (``model.Actor``).
+_SERVICE_ACCOUNT = "coalesce((actor::jsonb ->> 'service_account')::boolean, false)"
+
+
+def _listing(
+    schema: str, where: RunFilter, after: RunCursor | None, sort_order: str
+) -> tuple[str, list[Any]]:
+    p = Params(lambda n: f"${n}")
+    clauses = listing_clauses(where, after, sort_order, p, service_account=_SERVICE_ACCOUNT)
+    return f"FROM {schema}.runs{where_sql(clauses)}", p.values
+
+
+def list_page(
     schema: str,
+    where: RunFilter,
     *,
-    statuses: Sequence[Status],
-    by_user: bool,
+    after: RunCursor | None,
     sort_by: str,
     sort_order: str,
     limit: int,
     offset: int,
-) -> tuple[str, str]:
-    """(page, count) of the operator listing; ``$1`` is the user id when ``by_user``.
+) -> tuple[str, list[Any]]:
+    """One page of a run listing, and its arguments.
 
-    Only whitelisted identifiers, enum values and ints are interpolated. The status list is
-    literal so it plans like a custom plan; LIMIT and OFFSET are literals so the (generic)
-    plan knows a page is small and walks an index in sort order instead of sorting every
-    matching row. The id tie-break keeps pages stable when many rows share the sort value.
+    Only whitelisted identifiers, enum values and ints are interpolated; every value is a
+    parameter. LIMIT and OFFSET are literals so the (generic) plan knows a page is small and
+    walks an index in sort order (runs_listing_idx, or runs_user_listing_idx for one user)
+    instead of sorting every matching row. The id tie-break keeps pages stable when many
+    rows share the sort value, and makes (created_at, id) a keyset cursor.
     """
-    clauses: list[str] = []
-    if statuses:
-        clauses.append(f"status IN ({status_list(frozenset(Status(x) for x in statuses))})")
-    if by_user:
-        clauses.append("user_id = $1")
-    where = " WHERE " + " AND ".join(clauses) if clauses else ""
+    body, args = _listing(schema, where, after, sort_order)
     page = (
-        f"SELECT * FROM {schema}.runs{where} ORDER BY {order_by(sort_by, sort_order)} "
+        f"SELECT * {body} ORDER BY {order_by(sort_by, sort_order)} "
         f"LIMIT {int(limit)} OFFSET {int(offset)}"
     )
-    return page, f"SELECT count(*) FROM {schema}.runs{where}"
+    return page, args
+
+
+def count_listed(schema: str, where: RunFilter) -> tuple[str, list[Any]]:
+    """How many runs the listing's filter matches (the cursor does not count)."""
+    body, args = _listing(schema, where, None, "desc")
+    return f"SELECT count(*) {body}", args

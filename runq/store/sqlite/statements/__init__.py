@@ -29,7 +29,8 @@ from runq.store.sqlite.statements.operations import (
     _reap,
     _reseal_updates,
     _worker,
-    list_jobs,
+    count_listed,
+    list_page,
 )
 from runq.store.sqlite.statements.schedules import ScheduleStatements, build_schedules
 
@@ -45,7 +46,8 @@ __all__ = [
     "Statements",
     "build",
     "build_schedules",
-    "list_jobs",
+    "count_listed",
+    "list_page",
     "pragmas",
 ]
 

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Any
 
-from runq.model import Status
+from runq.model import RunCursor, RunFilter
 from runq.seal import SEALED_COLUMNS
 from runq.store.sqlite.statements.common import _FENCE, _FINAL_IN, _LEASE_CLEAR, _fence
 from runq.store.sqlite.statements.lifecycle import _fail
 from runq.store.statements import (
+    Params,
+    listing_clauses,
     order_by,
     reap_exhausted_error,
     target_of,
+    where_sql,
 )
 
 
@@ -72,7 +75,7 @@ def _worker(t: str, workers: str) -> dict[str, str]:
         "fail": _fail(t),
         "pause": (
             f"UPDATE {t} SET status = {target_of('pause')}, pause_reason = :reason,"
-            " resume_state = :state,"
+            " resume_state = :state, pause_summary = :summary,"
             # continued_at marks "this pause was answered"; a new pause is unanswered.
             f" decision = NULL, continued_at = NULL, updated_at = :now, {_LEASE_CLEAR}"
             f" WHERE {_fence('pause')} RETURNING id"
@@ -142,18 +145,41 @@ def _reseal_updates(t: str) -> dict[str, str]:
     return {c: f"UPDATE {t} SET {c} = ? WHERE id = ? AND {c} = ?" for c in SEALED_COLUMNS}
 
 
-def list_jobs(
-    schema: str, *, statuses: Sequence[Status], by_user: bool, sort_by: str, sort_order: str
-) -> tuple[str, str]:
-    """(page, count) of the operator listing. Parameters: one per status, then the user id
-    when ``by_user``; the page adds LIMIT and OFFSET. Only whitelisted identifiers are
-    interpolated."""
-    filters: list[str] = []
-    if statuses:
-        filters.append(f"status IN ({', '.join('?' for _ in statuses)})")
-    if by_user:
-        filters.append("user_id = ?")
-    where = f" WHERE {' AND '.join(filters)}" if filters else ""
-    t = f"{schema}_runs"
-    page = f"SELECT * FROM {t}{where} ORDER BY {order_by(sort_by, sort_order)} LIMIT ? OFFSET ?"
-    return page, f"SELECT count(*) FROM {t}{where}"
+#: "Submitted by a service account", on the actor JSON (``model.Actor``).
+_SERVICE_ACCOUNT = "coalesce(json_extract(actor, '$.service_account'), 0)"
+
+
+def _listing(
+    schema: str, where: RunFilter, after: RunCursor | None, sort_order: str
+) -> tuple[str, list[Any]]:
+    # Numbered placeholders: the cursor's created_at appears twice.
+    p = Params(lambda n: f"?{n}")
+    clauses = listing_clauses(where, after, sort_order, p, service_account=_SERVICE_ACCOUNT)
+    return f"FROM {schema}_runs{where_sql(clauses)}", p.values
+
+
+def list_page(
+    schema: str,
+    where: RunFilter,
+    *,
+    after: RunCursor | None,
+    sort_by: str,
+    sort_order: str,
+    limit: int,
+    offset: int,
+) -> tuple[str, list[Any]]:
+    """One page of a run listing, and its arguments. Only whitelisted identifiers, enum
+    values and ints are interpolated; every value is a parameter. The id tie-break keeps
+    pages stable and makes (created_at, id) a keyset cursor."""
+    body, args = _listing(schema, where, after, sort_order)
+    page = (
+        f"SELECT * {body} ORDER BY {order_by(sort_by, sort_order)} "
+        f"LIMIT {int(limit)} OFFSET {int(offset)}"
+    )
+    return page, args
+
+
+def count_listed(schema: str, where: RunFilter) -> tuple[str, list[Any]]:
+    """How many runs the listing's filter matches (the cursor does not count)."""
+    body, args = _listing(schema, where, None, "desc")
+    return f"SELECT count(*) {body}", args
