@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 import anyio.from_thread
 
 from runq.errors import BudgetExhausted, PauseRequested
-from runq.model import Actor, Resume
+from runq.model import Actor, Resume, clean_pause_summary
 
 if TYPE_CHECKING:
     from runq.budget import BudgetLeft
@@ -108,10 +108,17 @@ class RunContext:
         """``emit()`` for a plain (threaded) handler."""
         anyio.from_thread.run(self._hooks.emit, kind, data)
 
-    async def pause(self, reason: str, state: Any = None) -> NoReturn:
+    async def pause(
+        self, reason: str, state: Any = None, *, summary: str | None = None
+    ) -> NoReturn:
         """End this execution; the run becomes ``paused`` with ``state`` sealed until an
-        operator continues it (``ctx.resume`` then holds state and decision). Never returns."""
-        raise PauseRequested(reason, state)
+        operator continues it (``ctx.resume`` then holds state and decision). Never returns.
+
+        ``summary``: one short text saying what the approver is asked to decide. Approvers
+        read it although they may not open the run, and it is stored in clear (like
+        ``reason``): never put secrets or payload data in it. Control characters are
+        stripped and it is cut at ``MAX_PAUSE_SUMMARY_CHARS`` (500)."""
+        raise PauseRequested(reason, state, clean_pause_summary(summary))
 
     async def record_usage(self, tokens: int = 0, cost: float = 0.0) -> None:
         """Add tokens and cost to the run and to every budget counter that applies."""

@@ -100,9 +100,11 @@ class LeaseLost(RunInterrupted):
 class PauseRequested(RunInterrupted):
     """Raised by ``ctx.pause()``; ends the execution, the run becomes ``paused``."""
 
-    def __init__(self, reason: str, state: object) -> None:
+    def __init__(self, reason: str, state: object, summary: str | None = None) -> None:
         self.pause_reason = reason
         self.state = state
+        #: What the approver is asked to decide, already cleaned (``clean_pause_summary``).
+        self.summary = summary
         super().__init__(f"paused: {reason}")
 
 

@@ -41,7 +41,8 @@ async def test_a_completed_run_keeps_its_answer_per_level(
 async def test_a_paused_run_keeps_its_resume_state_verbatim_at_every_level(
     runq_setup: RunqSetup, level: str
 ) -> None:
-    async with runq_setup.queue({"privacy": {"level": level}}) as q:
+    privacy = {"level": level, "keep_answer_after_approval": True}
+    async with runq_setup.queue({"privacy": privacy}) as q:
         paused = await q.enqueue("task", "approve", {})
         assert paused.status is Status.PAUSED
         stored = await q.get(paused.id)

@@ -243,6 +243,8 @@ class ExecutorConfig:
     #: What of an answer is kept (``[privacy] level`` and ``redacted_max_chars``).
     privacy_level: str
     redacted_max_chars: int
+    #: ``[privacy] keep_answer_after_approval``: a continued run's answer is kept only then.
+    keep_answer_after_approval: bool
 
     @classmethod
     def from_config(cls, config: Config, *, settle_until_decided: bool = False) -> ExecutorConfig:
@@ -258,6 +260,7 @@ class ExecutorConfig:
             retry_delay_seconds=q.retry_delay_seconds,
             privacy_level=config.privacy.level,
             redacted_max_chars=config.privacy.redacted_max_chars,
+            keep_answer_after_approval=config.privacy.keep_answer_after_approval,
         )
 
 

@@ -259,7 +259,10 @@ class Settler:
         self, ex: Execution, value: Any, reason: TerminationReason
     ) -> Completion | Outcome:
         """The completion to write, or the failure when the answer cannot be stored."""
-        if value is None:
+        if ex.run.resume is not None and not self.config.keep_answer_after_approval:
+            # Continued after a pause: the answer is not kept (docs/privacy.md).
+            keep, stored = False, None
+        elif value is None:
             keep, stored = self.config.privacy_level != "none", None
         else:
             keep, stored = await keep_answer_async(
@@ -379,7 +382,11 @@ class Settler:
             ex,
             "pause",
             lambda: self.store.pause(
-                self.worker_id, ex.lease, reason=request.pause_reason, state=request.state
+                self.worker_id,
+                ex.lease,
+                reason=request.pause_reason,
+                state=request.state,
+                summary=request.summary,
             ),
         )
         if applied is None:

@@ -37,6 +37,8 @@ def api_config(**sections: Any) -> dict[str, Any]:
         "queue": {"poll_interval": 0.2},
         "routing": {"*": "local"},
         "components": {"agent/approve": "api_handlers:approve"},
+        # The approve handler answers with what it received on resume; these tests read it.
+        "privacy": {"keep_answer_after_approval": True},
     }
     for name, values in sections.items():
         config[name] = {**config.get(name, {}), **values}

@@ -56,7 +56,8 @@ async def test_permanent_fails_without_retry_and_retryable_honours_retry_after(
 
 
 async def test_pause_then_continue_resumes_with_state_and_decision(runq_setup: RunqSetup) -> None:
-    async with runq_setup.queue() as q:
+    # The answer shows what the handler received; a continued run keeps it only when asked.
+    async with runq_setup.queue({"privacy": {"keep_answer_after_approval": True}}) as q:
         paused = await q.enqueue("task", "approve", {})
         assert (paused.status, paused.pause_reason) == (Status.PAUSED, "approval")
         continued = await q.continue_(paused.id, {"approved": True})
@@ -67,6 +68,16 @@ async def test_pause_then_continue_resumes_with_state_and_decision(runq_setup: R
     assert done.status is Status.COMPLETED
     assert done.answer == {"state": {"step": 1}, "decision": {"approved": True}}
     assert done.attempt == 2
+
+
+async def test_a_continued_run_keeps_no_answer_by_default(runq_setup: RunqSetup) -> None:
+    async with runq_setup.queue() as q:
+        paused = await q.enqueue("task", "approve", {})
+        await q.continue_(paused.id, {"approved": True})
+        await sweep_once(q)
+        done = await q.get(paused.id)
+    assert done is not None
+    assert (done.status, done.answer) == (Status.COMPLETED, None)
 
 
 async def test_budget_stop_completes_with_the_partial_answer(runq_setup: RunqSetup) -> None:

@@ -167,7 +167,8 @@ async def test_pause_body_pauses_and_continue_sends_the_decision(
         return Reply.json({"runq": {"pause": pause}})
 
     app_server.route("/render", render)
-    server = await start(serve_factory, app_server)
+    # The answer shows what the app received on resume; kept only when asked for.
+    server = await start(serve_factory, app_server, privacy={"keep_answer_after_approval": True})
 
     run_id = await submit(server, "task/render", {"doc": 7})
     view = await settled(server, run_id, ("paused",))
