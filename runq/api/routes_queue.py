@@ -12,10 +12,19 @@ from litestar import Router, get, post
 from litestar.params import Parameter
 
 from runq.api.guards import Services, authenticate, require_admin, require_worker
+from runq.api.listing import decoded_cursor, run_filter
+from runq.api.listing_params import (
+    ComponentFilter,
+    Cursor,
+    Limit,
+    StatusFilter,
+    TextFilter,
+    TimeBound,
+)
 from runq.api.problems import error_responses
 from runq.api.schemas import MAX_PAGE, JobsPage, SortOrder, is_plausible_id
-from runq.errors import NotFound
-from runq.model import DEFAULT_SORT_BY, SORTABLE_FIELDS, JobView, Stats, Status
+from runq.errors import BadRequest, NotFound
+from runq.model import DEFAULT_SORT_BY, SORTABLE_FIELDS, JobView, Stats
 
 _GUARDED = (401, 403, 503)
 
@@ -37,16 +46,26 @@ async def queue_stats(services: Services) -> Stats:
     summary="List jobs",
     description=(
         "Paginated, every field. `status` is repeatable (`status=failed` alone is the "
-        "dead-letter list). A page past the last answers an empty `data`."
+        "dead-letter list); `component`, `session_id`, `user_id`, `deployment_id`, "
+        "`created_after` (inclusive) and `created_before` (exclusive) narrow the list. "
+        "Sorted by `created_at` (the default), the answer carries `next_cursor` while more "
+        "jobs follow: pass it as `cursor` (with `page` 1) for keyset paging that runs "
+        "created meanwhile do not shift. Other sorts page with `page` only (a `cursor` "
+        "with them is a 400). A page past the last answers an empty `data`."
     ),
     responses=error_responses(400, *_GUARDED),
 )
 async def list_jobs(
     services: Services,
-    status: Annotated[
-        list[Status] | None, Parameter(description="Repeat to match several statuses.")
-    ] = None,
-    limit: Annotated[int, Parameter(ge=1, le=1000, description="Jobs per page.")] = 20,
+    status: StatusFilter = None,
+    component: ComponentFilter = None,
+    session_id: TextFilter = None,
+    user_id: TextFilter = None,
+    deployment_id: TextFilter = None,
+    created_after: TimeBound = None,
+    created_before: TimeBound = None,
+    cursor: Cursor = None,
+    limit: Limit = 20,
     page: Annotated[int, Parameter(ge=1, le=MAX_PAGE, description="Page number, from 1.")] = 1,
     sort_by: Annotated[
         str,
@@ -56,14 +75,23 @@ async def list_jobs(
     ] = DEFAULT_SORT_BY,
     sort_order: SortOrder = "desc",
 ) -> JobsPage:
+    # Unknown fields are ignored, as documented (docs/http.md): the default order is
+    # more useful to a dashboard that sends its own sort keys than a 400.
+    sort_by = sort_by if sort_by in SORTABLE_FIELDS else DEFAULT_SORT_BY
+    after = decoded_cursor(cursor)
+    if after is not None and (sort_by != "created_at" or page != 1):
+        raise BadRequest("cursor pages only with sort_by=created_at and page=1")
+    where = run_filter(
+        status=status,
+        component=component,
+        session_id=session_id,
+        created_after=created_after,
+        created_before=created_before,
+        user_id=user_id,
+        deployment_id=deployment_id,
+    )
     result = await services.queue.list_jobs(
-        statuses=tuple(status or ()),
-        page=page,
-        limit=limit,
-        # Unknown fields are ignored, as documented (docs/http.md): the default order is
-        # more useful to a dashboard that sends its own sort keys than a 400.
-        sort_by=sort_by if sort_by in SORTABLE_FIELDS else DEFAULT_SORT_BY,
-        sort_order=sort_order,
+        where=where, page=page, limit=limit, sort_by=sort_by, sort_order=sort_order, after=after
     )
     return JobsPage.from_page(result)
 

@@ -3,7 +3,9 @@
 Visibility: admins see and open every run; holders of the approve scope see every run and
 may continue it (a decision needs no content) but get no payload or answer; everyone else
 sees only their own runs and gets 404 for the rest, so the existence of another user's
-run is not disclosed.
+run is not disclosed. ``GET /runs`` lists by the same rule, filtered in SQL: a user's
+listing holds only their own runs (never a service account's), and an approver's items
+carry no payload or answer unless the run is the approver's own.
 """
 
 from __future__ import annotations
@@ -17,12 +19,22 @@ from litestar.params import Parameter
 from runq.api import ApiServices
 from runq.api.auth import Forbidden, Identity
 from runq.api.guards import CurrentIdentity, Services, authenticate
+from runq.api.listing import decoded_cursor, run_filter
+from runq.api.listing_params import (
+    ComponentFilter,
+    Cursor,
+    Limit,
+    StatusFilter,
+    TextFilter,
+    TimeBound,
+)
 from runq.api.problems import IdempotencyKeyInvalid, error_responses
 from runq.api.schemas import (
     MAX_IDEMPOTENCY_KEY_CHARS,
     ContinueRequest,
     RunOptions,
     RunOut,
+    RunsPage,
     RunSubmission,
     SubmitAccepted,
     is_plausible_id,
@@ -194,6 +206,45 @@ def _out(identity: Identity, run: Run) -> RunOut:
 
 
 @get(
+    "/",
+    summary="List runs",
+    description=(
+        "Runs the caller may see, newest first (created_at, then id), filtered by `status` "
+        "(repeatable), `component`, `session_id`, `created_after` (inclusive) and "
+        "`created_before` (exclusive). Admins and approvers list every run; anyone else "
+        "their own runs. `next_cursor` continues the listing; runs created meanwhile do not "
+        "shift later pages."
+    ),
+    responses=error_responses(400, 401, 503),
+)
+async def list_runs(
+    services: Services,
+    identity: CurrentIdentity,
+    status: StatusFilter = None,
+    component: ComponentFilter = None,
+    session_id: TextFilter = None,
+    created_after: TimeBound = None,
+    created_before: TimeBound = None,
+    cursor: Cursor = None,
+    limit: Limit = 50,
+) -> RunsPage:
+    sees_all = identity.is_admin or identity.is_approver
+    where = run_filter(
+        status=status,
+        component=component,
+        session_id=session_id,
+        created_after=created_after,
+        created_before=created_before,
+        owner=None if sees_all else identity.user_id,
+    )
+    after = decoded_cursor(cursor)
+    if not sees_all and identity.user_id is None:
+        return RunsPage(data=[], next_cursor=None)  # owns no runs (see Identity.owns)
+    found = await services.queue.store.list_runs(where, after=after, limit=limit)
+    return RunsPage(data=[_out(identity, run) for run in found.data], next_cursor=found.next_cursor)
+
+
+@get(
     "/{run_id:str}",
     summary="Read a run",
     description=(
@@ -264,7 +315,7 @@ def runs_router(*, secured: bool) -> Router:
     """``secured``: the OpenAPI document names the bearer scheme (auth key or jwt)."""
     return Router(
         path="/runs",
-        route_handlers=[submit_run, read_run, cancel_run, continue_run],
+        route_handlers=[submit_run, list_runs, read_run, cancel_run, continue_run],
         guards=[authenticate],
         tags=["runs"],
         security=[{"bearer": []}] if secured else None,

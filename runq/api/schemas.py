@@ -124,6 +124,14 @@ class BatchAccepted(Struct, kw_only=True):
     items: list[SubmitAccepted]
 
 
+class PauseOut(Struct, kw_only=True):
+    """A paused run's question to its approver. ``summary`` is the handler's short text
+    (``ctx.pause(summary=...)``), stored in clear and shown to approvers."""
+
+    reason: str | None
+    summary: str | None
+
+
 class RunOut(Struct, kw_only=True):
     """``GET /runs/{id}``: the job fields as the viewer may see them, plus the answer.
 
@@ -157,6 +165,13 @@ class RunOut(Struct, kw_only=True):
     waiting: WaitReason | None = None
     concurrency_key: str | None = None
     timeout_seconds: float | None = None
+    #: When the first attempt started (None while it never ran).
+    started_at: float | None = None
+    #: Usage the handler recorded (``ctx.record_usage``), over every attempt.
+    tokens: int = 0
+    cost: float = 0.0
+    #: Only on a paused run: why, and what the approver is asked to decide.
+    pause: PauseOut | None = None
 
     @classmethod
     def from_run(cls, run: Run, *, with_content: bool) -> RunOut:
@@ -166,12 +181,27 @@ class RunOut(Struct, kw_only=True):
         # The sealed full error text is for admins on /queue only: GET /runs never has it.
         fields.pop("error_detail")
         out = cls(
-            **fields, cancel_requested=run.cancel_requested, timeout_seconds=run.timeout_seconds
+            **fields,
+            cancel_requested=run.cancel_requested,
+            timeout_seconds=run.timeout_seconds,
+            started_at=run.started_at,
+            tokens=run.tokens,
+            cost=run.cost,
         )
+        if run.status == Status.PAUSED:
+            out.pause = PauseOut(reason=run.pause_reason, summary=run.pause_summary)
         if with_content:
             out.payload = run.payload
             out.answer = run.answer
         return out
+
+
+class RunsPage(Struct, kw_only=True):
+    """``GET /runs``: runs the caller may see, newest first. ``next_cursor`` continues the
+    listing (pass it as ``cursor``); null on the last page."""
+
+    data: list[RunOut]
+    next_cursor: str | None
 
 
 class PageMeta(Struct, kw_only=True):
@@ -186,6 +216,8 @@ class JobsPage(Struct, kw_only=True):
 
     data: list[JobView]
     meta: PageMeta
+    #: Sorted by ``created_at`` and more jobs follow: pass it as ``cursor`` for the next page.
+    next_cursor: str | None = None
 
     @classmethod
     def from_page(cls, page: Page) -> JobsPage:
@@ -195,7 +227,8 @@ class JobsPage(Struct, kw_only=True):
             total_count=page.total_count,
             total_pages=page.total_pages,
         )
-        return cls(data=[JobView.from_run(run) for run in page.data], meta=meta)
+        data = [JobView.from_run(run) for run in page.data]
+        return cls(data=data, meta=meta, next_cursor=page.next_cursor)
 
 
 class ErrorBody(Struct, kw_only=True):
@@ -223,9 +256,11 @@ __all__ = [
     "HealthOut",
     "JobsPage",
     "PageMeta",
+    "PauseOut",
     "RunOptions",
     "RunOut",
     "RunSubmission",
+    "RunsPage",
     "SortOrder",
     "Status",
     "SubmitAccepted",

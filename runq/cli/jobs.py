@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from runq.api.listing import decoded_cursor, run_filter
 from runq.cli.ids import resolve_run_id
 from runq.cli.options import CliContext, common_options, read_json_arg, run_async
 from runq.cli.render import echo_json, job_row, new_console, print_report, print_run
-from runq.model import JobView, Page, Run, Status, WaitReason
+from runq.errors import BadRequest
+from runq.model import JobView, Page, Run, RunCursor, RunFilter, Status, WaitReason
 
 if TYPE_CHECKING:
     from runq.queue import Queue
@@ -33,25 +35,33 @@ def jobs() -> None:
     type=click.Choice([s.value for s in Status]),
     help="Repeat to match several.",
 )
+@click.option("--component", default=None, help="type/id, type/*, type/prefix* or *.")
+@click.option("--session", default=None, help="Only runs of this session.")
+@click.option("--user", default=None, help="Only this user's runs.")
+@click.option("--deployment", default=None, help="Only runs of this deployment ('' = none).")
+@click.option("--created-after", default=None, help="Epoch seconds or ISO 8601 (inclusive).")
+@click.option("--created-before", default=None, help="Epoch seconds or ISO 8601 (exclusive).")
 @click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True)
 @click.option("--page", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--cursor", default=None, help="next_cursor of a previous listing.")
 @click.option("--sort-by", default="created_at", show_default=True)
 @click.option("--sort-order", type=click.Choice(["asc", "desc"]), default="desc", show_default=True)
-@click.option("--user", default=None, help="Only this user's runs.")
 @click.option("--json", "as_json", is_flag=True)
 @common_options
 def jobs_list(cli_ctx: CliContext, **opts: Any) -> None:
-    """Runs, newest first by default."""
+    """Runs, newest first by default. Sorted by created_at, a listing that has more runs
+    prints its next cursor; pass it as --cursor for the next page."""
+    where, after = _listing_args(opts)
 
     async def go() -> Page:
         async with cli_ctx.queue() as q:
             return await q.list_jobs(
-                statuses=[Status(s) for s in opts["statuses"]],
+                where=where,
                 page=opts["page"],
                 limit=opts["limit"],
                 sort_by=opts["sort_by"],
                 sort_order=opts["sort_order"],
-                user_id=opts["user"],
+                after=after,
             )
 
     page = run_async(go)
@@ -63,8 +73,32 @@ def jobs_list(cli_ctx: CliContext, **opts: Any) -> None:
             "total_count": page.total_count,
             "total_pages": page.total_pages,
         }
-        echo_json({"data": data, "meta": meta})
+        echo_json({"data": data, "meta": meta, "next_cursor": page.next_cursor})
         return
+    _print_jobs(page)
+
+
+def _listing_args(opts: dict[str, Any]) -> tuple[RunFilter, RunCursor | None]:
+    """The filter and cursor of ``jobs list``; a bad value exits 2 with the reason."""
+    try:
+        where = run_filter(
+            status=[Status(s) for s in opts["statuses"]],
+            component=opts["component"],
+            session_id=opts["session"],
+            user_id=opts["user"],
+            deployment_id=opts["deployment"],
+            created_after=opts["created_after"],
+            created_before=opts["created_before"],
+        )
+        after = decoded_cursor(opts["cursor"])
+    except BadRequest as e:
+        raise click.UsageError(str(e)) from e
+    if after is not None and (opts["sort_by"] != "created_at" or opts["page"] != 1):
+        raise click.UsageError("--cursor pages only with --sort-by created_at and --page 1")
+    return where, after
+
+
+def _print_jobs(page: Page) -> None:
     from rich.table import Table
 
     table = Table("id", "component", "status", "attempt", "created (UTC)", "error")
@@ -81,6 +115,8 @@ def jobs_list(cli_ctx: CliContext, **opts: Any) -> None:
         console.width = 1000
     console.print(table)
     console.print(f"page {page.page} of {max(page.total_pages, 1)} ({page.total_count} runs)")
+    if page.next_cursor:
+        console.print(f"next: --cursor {page.next_cursor}", soft_wrap=True)
 
 
 async def _one(
