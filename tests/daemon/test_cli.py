@@ -107,3 +107,36 @@ async def test_keys_generate_and_rotate(sqlite_setup: RunqSetup) -> None:
     )
     assert listed.returncode == 0, listed.stderr
     assert json.loads(listed.stdout)["data"][0]["payload"] == {"sealed": True}
+
+
+async def test_jobs_list_filters_and_pages_by_cursor(runq_setup: RunqSetup) -> None:
+    ids = []
+    for n in range(3):
+        deferred = await runq_setup.cli(
+            "defer", "task/echo", "--payload", f'{{"n": {n}}}', "--delay", "3600"
+        )
+        assert deferred.returncode == 0, deferred.stderr
+        ids.append(json.loads(deferred.stdout)["id"])
+
+    seen: list[str] = []
+    cursor: list[str] = []
+    while True:
+        listed = await runq_setup.cli("jobs", "list", "--json", "--limit", "2", *cursor)
+        assert listed.returncode == 0, listed.stderr
+        page = json.loads(listed.stdout)
+        seen += [job["id"] for job in page["data"]]
+        if page["next_cursor"] is None:
+            break
+        cursor = ["--cursor", page["next_cursor"]]
+    assert seen == ids[::-1]
+
+    table = await runq_setup.cli("jobs", "list", "--limit", "1")
+    assert "next: --cursor " in table.stdout
+    none = await runq_setup.cli("jobs", "list", "--json", "--component", "task/other")
+    assert json.loads(none.stdout)["data"] == []
+    mine = await runq_setup.cli("jobs", "list", "--json", "--component", "task/*", "--user", "cli")
+    assert len(json.loads(mine.stdout)["data"]) == 3
+    for bad in (["--cursor", "x"], ["--created-after", "soon"], ["--component", "a b"]):
+        refused = await runq_setup.cli("jobs", "list", *bad)
+        assert refused.returncode == 2, bad
+        assert refused.stderr.strip(), bad
