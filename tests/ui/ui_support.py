@@ -97,6 +97,8 @@ def console_config(auth: str = "key") -> dict[str, Any]:
         "queue": {"poll_interval": 0.2},
         "routing": {"*": "local"},
         "components": {"task/fail_first": "ui_handlers:fail_first"},
+        # Tests read a continued run's answer to see the decision the handler received.
+        "privacy": {"keep_answer_after_approval": True},
     }
 
 
