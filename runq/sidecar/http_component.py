@@ -142,7 +142,7 @@ class _Final:
     """What a call ended with: an answer, or a pause the application asked for."""
 
     answer: Any = None
-    pause: tuple[str, Any] | None = None
+    pause: tuple[str, Any, str | None] | None = None
 
 
 class HttpComponent:
@@ -162,8 +162,8 @@ class HttpComponent:
         before_long_call(ctx)
         final = await self._call(ctx, payload)
         if final.pause is not None:
-            reason, state = final.pause
-            await ctx.pause(reason, state)  # raises PauseRequested
+            reason, state, summary = final.pause
+            await ctx.pause(reason, state, summary=summary)  # raises PauseRequested
         return final.answer
 
     async def aclose(self) -> None:
@@ -314,8 +314,9 @@ def _poll_wait(response: httpx.Response, interval: float) -> float:
     return interval if retry_after is None else retry_after
 
 
-def pause_request(answer: Any, what: str) -> tuple[str, Any] | None:
-    """``{"runq": {"pause": {"reason": str, "state": any}}}`` → (reason, state); else None.
+def pause_request(answer: Any, what: str) -> tuple[str, Any, str | None] | None:
+    """``{"runq": {"pause": {"reason": str, "state": any, "summary": str}}}`` →
+    (reason, state, summary); else None. ``state`` and ``summary`` are optional.
 
     Only a JSON object whose ``runq`` member is an object with ``pause`` counts; a body that
     names ``runq`` but breaks the shape is refused, so a typo never completes a run that
@@ -333,4 +334,7 @@ def pause_request(answer: Any, what: str) -> tuple[str, Any] | None:
     reason = pause["reason"].strip()
     if not reason:
         raise Permanent(f"{what} asked to pause with an empty reason")
-    return reason, pause.get("state")
+    summary = pause.get("summary")
+    if summary is not None and not isinstance(summary, str):
+        raise Permanent(f"{what} asked to pause with a summary that is not a string")
+    return reason, pause.get("state"), summary

@@ -163,7 +163,11 @@ async def test_pause_body_pauses_and_continue_sends_the_decision(
         if request.headers.get("runq-resume") == "1":
             envelope = request.json()
             return Reply.json({"published": envelope["resume"]["decision"]["approved"]})
-        pause = {"reason": "approval", "state": {"draft": request.json()["doc"]}}
+        pause = {
+            "reason": "approval",
+            "state": {"draft": request.json()["doc"]},
+            "summary": "Publish draft 7?",
+        }
         return Reply.json({"runq": {"pause": pause}})
 
     app_server.route("/render", render)
@@ -173,6 +177,8 @@ async def test_pause_body_pauses_and_continue_sends_the_decision(
     run_id = await submit(server, "task/render", {"doc": 7})
     view = await settled(server, run_id, ("paused",))
     assert view["pause_reason"] == "approval"
+    paused = await run_view(server, run_id)
+    assert paused["pause"] == {"reason": "approval", "summary": "Publish draft 7?"}
 
     response = await server.request(
         "POST", f"/runs/{run_id}/continue", json={"decision": {"approved": True}}
