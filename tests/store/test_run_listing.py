@@ -66,9 +66,12 @@ async def test_cursor_pages_through_ties_without_gaps(store: Store) -> None:
     assert seen[0] == later.id
     assert sorted(seen[1:]) == sorted(ids)
     assert seen[1:] == sorted(ids, reverse=True)
-    window = RunFilter(created_before=later.created_at)
-    assert len(await _ids(store, window, limit=7)) == 25
-    assert await _ids(store, RunFilter(created_after=later.created_at)) == [later.id]
+    first = await store.get(ids[0])
+    assert first is not None
+    # created_after is inclusive and created_before exclusive (the clock may give the later
+    # run the batch's time, so the bounds are taken at the batch's own time).
+    assert await _ids(store, RunFilter(created_before=first.created_at)) == []
+    assert await _ids(store, RunFilter(created_after=first.created_at), limit=7) == seen
 
 
 async def test_list_jobs_cursor_in_both_orders(store: Store) -> None:
