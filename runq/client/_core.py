@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import httpx
 import msgspec
 
-from runq.api.schemas import MAX_BATCH_RUNS, RunOut
+from runq.api.schemas import MAX_BATCH_RUNS, RunsPage
 from runq.client.errors import ClientError, error_for
 from runq.model import FINAL_EVENT_KINDS, RunEvent, Status
 
@@ -24,13 +24,6 @@ RECONNECT_FIRST_DELAY = 0.2
 RECONNECT_MAX_DELAY = 5.0
 
 _event_decoder = msgspec.json.Decoder(RunEvent)
-
-
-class RunsPage(msgspec.Struct, kw_only=True):
-    """``GET /runs``: one page of runs, newest first; ``next_cursor`` None on the last."""
-
-    items: list[RunOut]
-    next_cursor: str | None = None
 
 
 def auth_headers(api_key: str | None, token: str | None) -> dict[str, str]:

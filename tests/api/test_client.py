@@ -142,6 +142,24 @@ async def test_async_batch_errors_and_jwt(serve_factory: ServeFactory) -> None:
         assert "max_delayed" in full.value.detail
         assert full.value.retry_after == 5
 
+        # History: every one of alice's runs once, newest first, over pages of 500.
+        seen: list[str] = []
+        cursor: str | None = None
+        while True:
+            page = await client.list(status="queued", limit=500, cursor=cursor)
+            seen += [run.id for run in page.data]
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        assert sorted(seen) == sorted(a.run_id for a in accepted)
+        assert seen[0] == accepted[1199].run_id  # newest first
+        assert (await client.list(component="task/nothing")).data == []
+        with pytest.raises(BadRequestError) as bad_cursor:
+            await client.list(cursor="not-a-cursor")
+        assert "cursor" in bad_cursor.value.detail
+    async with AsyncClient(server.url, token=mint("bob")) as other:
+        assert (await other.list()).data == []  # bob sees none of alice's runs
+
 
 async def test_events_resume_after_a_dropped_connection(serve_factory: ServeFactory) -> None:
     server = await start(serve_factory, api_config())
