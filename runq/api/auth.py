@@ -74,9 +74,11 @@ class Identity:
         # A run without a user (open mode) belongs to nobody in particular: only admins and
         # approvers see it, or any token subject could claim it. Neither does a run a service
         # account submitted (the CLI records its runs under "cli"): a token whose subject
-        # happens to be that name must not borrow the service account's runs.
+        # happens to be that name must not borrow the service account's runs. Nor the other
+        # way round: a service account whose subject is a person's id is not that person.
         return (
             self.user_id is not None
+            and not self.service_account
             and not run.actor.service_account
             and run.user_id == self.user_id
         )

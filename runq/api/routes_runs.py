@@ -238,7 +238,7 @@ async def list_runs(
         owner=None if sees_all else identity.user_id,
     )
     after = decoded_cursor(cursor)
-    if not sees_all and identity.user_id is None:
+    if not sees_all and (identity.user_id is None or identity.service_account):
         return RunsPage(data=[], next_cursor=None)  # owns no runs (see Identity.owns)
     found = await services.queue.store.list_runs(where, after=after, limit=limit)
     return RunsPage(data=[_out(identity, run) for run in found.data], next_cursor=found.next_cursor)

@@ -144,9 +144,9 @@ async def test_history_visibility_filters_and_pause_summary(
         assert _ids(await _listed(client, APPROVER)) == every
         assert _ids(await _listed(client, ALICE)) == [asked, mine]
         assert _ids(await _listed(client, BOB)) == [bobs]
-        # The listing follows Identity.owns: the robot's subject owns alice's runs, never
-        # the one it submitted as a service account.
-        assert _ids(await _listed(client, ROBOT)) == [asked, mine]
+        # The listing follows Identity.owns: a service account owns no runs, neither the
+        # one it submitted nor those of the person whose id its subject happens to be.
+        assert _ids(await _listed(client, ROBOT)) == []
         assert (await client.get("/runs")).status_code == 401
 
         # -- content: admins and owners, never a mere approver
@@ -164,7 +164,7 @@ async def test_history_visibility_filters_and_pause_summary(
             "approver": (APPROVER, set(every)),
             "alice": (ALICE, {asked, mine}),
             "bob": (BOB, {bobs}),
-            "robot": (ROBOT, {asked, mine}),
+            "robot": (ROBOT, set()),
         }
         for name, (who, sees) in visible.items():
             for run_id in every:
