@@ -373,6 +373,11 @@ class QueueHealth(msgspec.Struct, kw_only=True):
     oldest_queued_age_by_deployment: dict[str, float]
     expired_leases: int
     live_workers: int
+    #: PostgreSQL only (None on SQLite, or when no other transaction is open): how long
+    #: the oldest transaction holding back the vacuum horizon has been open, and its
+    #: backend's pid. While it stays open no dead row version can be removed.
+    oldest_transaction_age_seconds: float | None = None
+    oldest_transaction_pid: int | None = None
 
 
 class WorkerInfo(msgspec.Struct, kw_only=True):

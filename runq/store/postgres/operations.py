@@ -111,6 +111,8 @@ class PostgresOperations(PostgresBase):
             ),
             expired_leases=row["expired"],
             live_workers=row["live"],
+            oldest_transaction_age_seconds=row["xact_age"],
+            oldest_transaction_pid=row["xact_pid"],
         )
 
     async def list_jobs(

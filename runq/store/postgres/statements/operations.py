@@ -19,6 +19,22 @@ if TYPE_CHECKING:  # the package builds Statements from this module's pieces
     from runq.store.postgres.statements import Statements
 
 
+#: The client transaction of this database that has been open longest among those holding
+#: back the vacuum horizon (a snapshot, ``backend_xmin``, or a transaction id,
+#: ``backend_xid``: an idle-in-transaction session that wrote holds only the latter), other
+#: than the reading one. Dead row versions deleted after it started cannot be removed, so
+#: the claim index's dead head grows while it stays open. Sessions of other roles show
+#: only to a role with pg_read_all_stats (or pg_monitor); replication slots and prepared
+#: transactions are not counted.
+_OLDEST_TRANSACTION = """
+    SELECT extract(epoch from now() - xact_start)::float8 AS age, pid
+    FROM pg_stat_activity
+    WHERE datname = current_database() AND backend_type = 'client backend'
+      AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
+      AND pid <> pg_backend_pid() AND xact_start IS NOT NULL
+    ORDER BY xact_start LIMIT 1"""
+
+
 def _reap_sql(s: str, now: str) -> str:
     """The reaper's rules as one statement.
 
@@ -164,10 +180,32 @@ def _maintenance_sql(s: str, now: str) -> dict[str, str]:
             )
             SELECT count(*) FROM d"""
 
-    oldest = (
-        f"SELECT min(available_at) FROM {s}.runs WHERE status = 'queued' AND available_at <= {now}"
+    # Counts by status: sums of the shards of run_counts (migration 0011), kept by
+    # statement triggers on runs; a status whose runs are all gone sums to 0 and is left
+    # out, as GROUP BY over runs would.
+    counts = (
+        f"c AS (SELECT status, sum(n)::bigint AS n FROM {s}.run_counts"
+        " GROUP BY status HAVING sum(n) <> 0)"
     )
-    counts = f"SELECT status, count(*) AS n FROM {s}.runs GROUP BY status"
+    # The oldest claimable run per deployment by a loose index scan of runs_claim_idx:
+    # one probe per distinct (deployment_id, priority), whose first entry is its oldest
+    # available_at; a group whose first entry lies in the future has no run waiting yet
+    # (a delayed run is not waiting). Independent of the backlog's size.
+    oldest = f"""k AS (
+            (SELECT deployment_id, priority, available_at FROM {s}.runs
+             WHERE status = 'queued' ORDER BY deployment_id, priority, available_at LIMIT 1)
+            UNION ALL
+            SELECT nxt.* FROM k CROSS JOIN LATERAL (
+                SELECT r.deployment_id, r.priority, r.available_at FROM {s}.runs r
+                WHERE r.status = 'queued'
+                  AND (r.deployment_id, r.priority) > (k.deployment_id, k.priority)
+                ORDER BY r.deployment_id, r.priority, r.available_at LIMIT 1
+            ) AS nxt
+        ),
+        d AS (
+            SELECT deployment_id, {now} - min(available_at) AS age FROM k
+            WHERE available_at <= {now} GROUP BY deployment_id
+        )"""
     return {
         # $1 final retention, $2 batch size; $3 paused retention (only when it is on).
         "purge": purge(final),
@@ -196,25 +234,26 @@ def _maintenance_sql(s: str, now: str) -> dict[str, str]:
             SELECT * FROM {s}.workers WHERE last_seen_at >= {now} - $1::float8
             ORDER BY started_at, id""",
         "stats": f"""
-            WITH c AS ({counts})
+            WITH RECURSIVE {counts}, {oldest}
             SELECT (SELECT array_agg(status) FROM c) AS statuses,
                    (SELECT array_agg(n) FROM c) AS ns,
-                   {now} - ({oldest}) AS oldest_age""",
+                   (SELECT max(age) FROM d) AS oldest_age""",
+        # $1 lock grace, $2 worker max age. The expired-lease count reads every running
+        # row through runs_lease_idx (keyed on locked_by, so the heartbeat's locked_at
+        # write stays HOT) and filters: at most the fleet's slots.
         "health": f"""
-            WITH c AS ({counts}),
-            d AS (
-                SELECT deployment_id, {now} - min(available_at) AS age FROM {s}.runs
-                WHERE status = 'queued' AND available_at <= {now} GROUP BY deployment_id
-            )
+            WITH RECURSIVE {counts}, {oldest}
             SELECT (SELECT array_agg(status) FROM c) AS statuses,
                    (SELECT array_agg(n) FROM c) AS ns,
-                   {now} - ({oldest}) AS oldest_age,
+                   (SELECT max(age) FROM d) AS oldest_age,
                    (SELECT array_agg(deployment_id) FROM d) AS deps,
                    (SELECT array_agg(age) FROM d) AS ages,
                    (SELECT count(*) FROM {s}.runs
                     WHERE status = 'running' AND locked_at < {now} - $1::float8) AS expired,
                    (SELECT count(*) FROM {s}.workers
-                    WHERE last_seen_at >= {now} - $2::float8) AS live""",
+                    WHERE last_seen_at >= {now} - $2::float8) AS live,
+                   x.age AS xact_age, x.pid AS xact_pid
+            FROM (SELECT 1) AS one LEFT JOIN ({_OLDEST_TRANSACTION}) AS x ON true""",
         # Rows are locked while re-sealed so a completion cannot slip in between the read
         # and the write and be overwritten with the re-sealed old value. {limit} is filled
         # with an int by reseal_page: a literal LIMIT lets even a generic plan walk the
