@@ -1,6 +1,7 @@
 """EXPLAIN (ANALYZE, BUFFERS) of the operator reads on a run table of 1,000,000 final rows:
 ``stats`` (``GET /v1/stats``, ``runq status``), ``health`` (the Prometheus exporter's
-refresh, ``runq status``) and the operator listing (``list_jobs``: the page and its count,
+refresh, ``runq status``), the readers of the lease index (the reaper, the console's
+running runs per worker) and the operator listing (``list_jobs``: the page and its count,
 as the API, the UI and ``runq jobs`` run them).
 
     .venv/bin/python bench/explain_stats.py > bench/STATS_EXPLAIN.md
@@ -30,6 +31,7 @@ from fleet_sim import drop_database, dsn_for, fresh_database
 from runq.model import Status
 from runq.seal import PlainSealer
 from runq.store.postgres import statements as pg_sql
+from runq.store.postgres.statements.console import build_console
 from runq.store.postgres.store import PostgresStore
 
 SCHEMA = "runq"
@@ -131,26 +133,6 @@ PROPOSED: list[tuple[str, str]] = [
         "SELECT count(*) FROM (SELECT 1 FROM {s}.runs LIMIT 10001) AS capped",
     ),
     (
-        "oldest queued age per deployment by a loose index scan of runs_claim_idx",
-        """WITH RECURSIVE k AS (
-            (SELECT deployment_id, priority FROM {s}.runs WHERE status = 'queued'
-             ORDER BY deployment_id, priority LIMIT 1)
-            UNION ALL
-            SELECT n.deployment_id, n.priority FROM k, LATERAL (
-                SELECT deployment_id, priority FROM {s}.runs
-                WHERE status = 'queued'
-                  AND (deployment_id, priority) > (k.deployment_id, k.priority)
-                ORDER BY deployment_id, priority LIMIT 1) AS n
-        )
-        SELECT k.deployment_id, extract(epoch from now()) - min(o.available_at) AS age
-        FROM k, LATERAL (
-            SELECT available_at FROM {s}.runs
-            WHERE status = 'queued' AND deployment_id = k.deployment_id
-              AND priority = k.priority AND available_at <= extract(epoch from now())
-            ORDER BY available_at LIMIT 1) AS o
-        GROUP BY k.deployment_id""",
-    ),
-    (
         "active statuses only, each from its partial index",
         """SELECT (SELECT count(*) FROM {s}.runs WHERE status = 'queued') AS queued,
                   (SELECT count(*) FROM {s}.runs WHERE status = 'running') AS running,
@@ -175,6 +157,18 @@ async def report(con: asyncpg.Connection, store: PostgresStore, opts: argparse.N
     await explain(con, "stats", sql.stats)
     print("\n## health\n")
     await explain(con, "health (lock grace 60 s, worker max age 60 s)", sql.health, 60.0, 60.0)
+    print("\n## Readers of runs_lease_idx (keyed on locked_by since migration 0011)\n")
+    # The reaper runs every poll interval on every replica; with no stale lease (the
+    # usual case) it reads every running entry and keeps none.
+    await explain(
+        con, "reaper, nothing stale (grace 60 s, limit 100)", sql.reap, 60.0, 100, "a", "b"
+    )
+    await explain(
+        con, "reaper, every lease stale (grace -1 s, limit 100)", sql.reap, -1.0, 100, "a", "b"
+    )
+    await explain(
+        con, "console: running runs per worker", build_console(SCHEMA, 0.0).running_by_worker
+    )
     print("\n## list_jobs (page of 20 and its count)\n")
     for title, kw, args in LISTINGS:
         page, count = pg_sql.list_jobs(

@@ -90,6 +90,12 @@ FLEET_SETTINGS_DIVERGENT = Gauge(
     ["setting"],
     registry=REGISTRY,
 )
+OLDEST_TRANSACTION_AGE = Gauge(
+    "runq_db_oldest_transaction_age_seconds",
+    "PostgreSQL: how long the oldest other transaction holding back the vacuum horizon has"
+    " been open (0 when none, and always on SQLite).",
+    registry=REGISTRY,
+)
 EXPIRED_LEASES = Gauge(
     "runq_expired_leases", "Running runs whose lease is stale.", registry=REGISTRY
 )

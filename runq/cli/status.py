@@ -44,7 +44,19 @@ def _problems(
     return problems
 
 
-def _print_status(health: QueueHealth, problems: list[str]) -> None:
+def _warnings(health: QueueHealth, *, max_transaction_age: float) -> list[str]:
+    """Not unhealthy yet, but getting there: a transaction held open pins the vacuum
+    horizon, so dead row versions pile up in the claim index and every claim walks them."""
+    age = health.oldest_transaction_age_seconds
+    if age is None or age <= max_transaction_age:
+        return []
+    return [
+        f"a database transaction (pid {health.oldest_transaction_pid}) has been open"
+        f" {age:.0f}s (> {max_transaction_age:g}s): vacuum cannot remove dead rows meanwhile"
+    ]
+
+
+def _print_status(health: QueueHealth, problems: list[str], warnings: list[str]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
@@ -59,8 +71,13 @@ def _print_status(health: QueueHealth, problems: list[str]) -> None:
         table.add_row(cell(f"  deployment {deployment or '(none)'}"), f"{dep_age:.1f}s")
     table.add_row("expired leases", str(health.expired_leases))
     table.add_row("live workers", str(health.live_workers))
+    xact = health.oldest_transaction_age_seconds
+    if xact is not None:
+        table.add_row("oldest other transaction", f"{xact:.1f}s")
     console = new_console()
     console.print(table)
+    for warning in warnings:
+        console.print(f"[yellow]warning:[/yellow] {escape(printable(warning))}")
     if problems:
         for problem in problems:
             console.print(f"[red]unhealthy:[/red] {escape(printable(problem))}")
@@ -78,6 +95,13 @@ def _print_status(health: QueueHealth, problems: list[str]) -> None:
     default=None,
     help="A worker seen within this many seconds is live [default: 3 heartbeat intervals].",
 )
+@click.option(
+    "--max-transaction-age",
+    type=float,
+    default=None,
+    help="PostgreSQL: warn when another transaction has been open longer than this many"
+    " seconds [default: queue.lock_grace_seconds]. A warning does not change the exit code.",
+)
 @common_options
 def status_cmd(
     cli_ctx: CliContext,
@@ -85,6 +109,7 @@ def status_cmd(
     max_queue_wait: float,
     minimum_workers: int,
     worker_max_age: float | None,
+    max_transaction_age: float | None,
 ) -> None:
     """Queue health. Exit 0 healthy, 1 unhealthy or database unreadable, 2 bad arguments."""
     bad = []
@@ -94,10 +119,13 @@ def status_cmd(
         bad.append("--minimum-workers must be >= 0")
     if worker_max_age is not None and worker_max_age <= 0:
         bad.append("--worker-max-age must be > 0")
+    if max_transaction_age is not None and max_transaction_age < 0:
+        bad.append("--max-transaction-age must be >= 0")
     if bad:
         click.echo("runq: " + "; ".join(bad), err=True)
         sys.exit(EXIT_USAGE)
     lock_grace = cli_ctx.config.queue.lock_grace_seconds
+    xact_limit = lock_grace if max_transaction_age is None else max_transaction_age
     live_within = worker_max_age or cli_ctx.config.queue.live_worker_seconds
 
     async def go() -> tuple[QueueHealth, list[Pause], list[SettingDivergence]]:
@@ -122,18 +150,20 @@ def status_cmd(
     problems = _problems(
         health, divergences, max_queue_wait=max_queue_wait, minimum_workers=minimum_workers
     )
+    warnings = _warnings(health, max_transaction_age=xact_limit)
     if as_json:
         body = msgspec.to_builtins(health)
         echo_json(
             {
                 "healthy": not problems,
                 "problems": problems,
+                "warnings": warnings,
                 **body,
                 "pauses": msgspec.to_builtins(pauses),
                 "fleet_divergences": msgspec.to_builtins(divergences),
             }
         )
     else:
-        _print_status(health, problems)
+        _print_status(health, problems, warnings)
         print_pauses(pauses)
     sys.exit(EXIT_UNHEALTHY if problems else 0)

@@ -24,6 +24,7 @@ from runq.metrics import (
     HELD_RUNS,
     LIVE_WORKERS,
     OLDEST_QUEUED_AGE,
+    OLDEST_TRANSACTION_AGE,
     PAUSE_AGE,
     PAUSE_ALERT_AGE,
     REGISTRY,
@@ -125,6 +126,7 @@ class Exporter:
             OLDEST_QUEUED_AGE.labels(deployment_id=deployment).set(age)
         self._deployments = set(ages)
         EXPIRED_LEASES.set(health.expired_leases)
+        OLDEST_TRANSACTION_AGE.set(health.oldest_transaction_age_seconds or 0.0)
         LIVE_WORKERS.set(health.live_workers)
 
     async def render(self) -> bytes:
