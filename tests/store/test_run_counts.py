@@ -155,3 +155,36 @@ async def test_truncate_resets_the_counts(handle: StoreHandle) -> None:
     await submit(handle.store)
     await handle.raw_execute(f"TRUNCATE {handle.schema}.runs CASCADE")
     await assert_exact(handle, "truncate")
+
+
+async def test_oldest_queued_age_across_deployments_and_priorities(
+    handle: StoreHandle,
+) -> None:
+    """The loose index scan visits every (deployment_id, priority) group: the oldest due
+    run of a deployment may sit in any of its priorities, behind delayed runs of others."""
+    store = handle.store
+    # (offset at submission, deployment, priority, delay): the oldest due run per deployment
+    # is the one marked, in a priority other than the first the index meets.
+    plan = [
+        (0.0, "", 5, 0.0),  # "" oldest: priority 5
+        (10.0, "", -1, 0.0),
+        (20.0, "", 0, 0.0),
+        (0.0, "a", -1, 500.0),  # delayed: not waiting
+        (5.0, "a", 0, 0.0),  # "a" oldest
+        (30.0, "a", 7, 0.0),
+        (0.0, "b", 3, 500.0),  # "b" has nothing due
+    ]
+    for offset, deployment, priority, delay in plan:
+        store.clock_offset_seconds = offset
+        await submit(
+            store, deployment_id=deployment or None, priority=priority, delay_seconds=delay
+        )
+    store.clock_offset_seconds = 100.0
+    health = await store.health(lock_grace_seconds=GRACE, worker_max_age_seconds=60)
+    ages = health.oldest_queued_age_by_deployment
+    assert set(ages) == {"", "a"}
+    assert ages[""] == pytest.approx(100, abs=2)
+    assert ages["a"] == pytest.approx(95, abs=2)
+    assert health.oldest_queued_age_seconds == pytest.approx(100, abs=2)
+    stats = await store.stats()
+    assert stats.oldest_queued_age_seconds == pytest.approx(100, abs=2)
