@@ -27,6 +27,8 @@ from ui_support import (
     wait_status,
 )
 
+from runq.model import RunCursor
+
 pytestmark = [pytest.mark.anyio, pytest.mark.daemon]
 __all__ = ["runq_engine", "runq_setup", "serve_factory"]
 
@@ -140,15 +142,24 @@ async def test_hostile_parameters_get_a_clear_400(
             "order=sideways",
             "user=%00",
             "status=queued&page=1&page=2",
+            "component=echo",
+            "session=%01",
+            "deployment=" + "x" * 201,
+            "created_after=yesterday",
+            "created_before=1e400",
+            "cursor=not-one-of-ours",
+            "sort=priority&cursor=" + RunCursor(1.0, "a").encode(),
         ):
             response = await client.get(f"/ui/queue/jobs?{query}")
             assert response.status_code == 400, (query, response.status_code)
             assert "text/html" in response.headers["content-type"]
+            reason = r'class="problem" role="alert"><strong>400</strong>: \w'
+            assert re.search(reason, response.text), response.text
         assert (await client.get("/ui/runs/%00")).status_code == 404
         assert (await client.get(f"/ui/runs/{'x' * 5000}")).status_code == 404
-        pending = await client.get("/ui/queue/jobs?component=task/echo")
-        assert pending.status_code == 200
-        assert "Not applied" in pending.text  # said, not silently ignored
+        filtered = await client.get("/ui/queue/jobs?component=task/echo&session=s")
+        assert filtered.status_code == 200
+        assert 'value="task/echo"' in filtered.text  # applied, and shown in the form
 
 
 async def test_open_mode_answers_loopback_names_only(
