@@ -132,13 +132,18 @@ async def test_paused_run_continued_with_a_typed_decision(
     serve_factory: ServeFactory, runq_engine: str, tmp_path: Path
 ) -> None:
     server = await start_console(serve_factory)
-    run_id = await submit(server, "task/approve", {"amount": 10})
+    asked = 'Refund 120 EUR to order 42? Approve with {"approved": true}.'
+    run_id = await submit(server, "task/ui_ask", {"amount": 120, "summary": asked})
     await wait_status(server, run_id, "paused")
     async with chromium() as browser:
         page = await new_page(browser)
         await sign_in(page, server, API_KEY)
         await open_run(page, server, run_id)
         editor = page.get_by_label("Decision (JSON; empty for none)")
+        # The handler's question, next to the editor (tests/ui/test_console_http.py checks
+        # that markup in it stays text).
+        question = page.get_by_role("group", name="Continue").locator("#pause-summary")
+        await expect(question).to_have_text(asked)
         await editor.fill('{"approved": tru')  # a typo is refused, the text kept
         await page.get_by_role("button", name="Continue").click()
         await expect(page.get_by_role("alert")).to_contain_text("not valid JSON")
