@@ -67,6 +67,17 @@ def job_row(run: Run) -> list[Text]:
     return [cell(text) for text in texts]
 
 
+def _with_pause_summary(view: dict[str, Any], summary: str | None) -> dict[str, Any]:
+    """The view with the pause summary right after the pause reason: what an approver is
+    asked to decide, text from the handler (printed through ``cell`` like any other)."""
+    out: dict[str, Any] = {}
+    for key, value in view.items():
+        out[key] = value
+        if key == "pause_reason":
+            out["pause_summary"] = summary
+    return out
+
+
 def print_run(
     run: Run,
     as_json: bool,
@@ -83,7 +94,7 @@ def print_run(
     table = Table(show_header=False)
     table.add_column("field")
     table.add_column("value")
-    view = msgspec.to_builtins(JobView.from_run(run))
+    view = _with_pause_summary(msgspec.to_builtins(JobView.from_run(run)), run.pause_summary)
     view["answer"] = run.answer
     view["waiting"] = waiting.message if waiting is not None else None
     view["error_detail"] = error_detail

@@ -18,7 +18,7 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 def ui_routes() -> list[Router]:
     """The console's pages under ``/ui`` and its static files under ``/ui/static``."""
-    from runq.ui.pages import ui_router
+    from runq.ui.routes import ui_router
 
     pages = ui_router()
     static = create_static_files_router(

@@ -14,39 +14,24 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from litestar import Request, Response, Router, get, post
+from litestar import Request, Response, get, post
 from litestar.datastructures import FormMultiDict
 from litestar.response import Redirect, ServerSentEvent
 
 from runq.api import ApiServices
 from runq.api.auth import Forbidden, Identity
-from runq.api.guards import require_worker, services_of
+from runq.api.guards import services_of
 from runq.api.routes_bulk import MAX_BULK_IDS, cancel_each, requeue_each
 from runq.api.routes_events import for_viewer
 from runq.api.schemas import is_plausible_id
 from runq.errors import BadRequest, NotFound, RunqError
-from runq.model import FINAL_EVENT_KINDS, FINAL_STATUSES, Page, Run, RunEvent, Status
+from runq.model import FINAL_EVENT_KINDS, FINAL_STATUSES, Run, RunEvent, Status
 from runq.ui.chart import MINUTES, ThroughputCache
-from runq.ui.errors import handle_ui_exception, status_of
-from runq.ui.flow_pages import (
-    limits_page,
-    pause_schedule_action,
-    remove_pause_action,
-    resume_schedule_action,
-    schedules_page,
-)
-from runq.ui.listing import (
-    COLUMNS,
-    PAGE_SIZES,
-    PENDING_FILTERS,
-    RunQuery,
-    page_links,
-    parse_query,
-)
+from runq.ui.errors import status_of
 from runq.ui.live import stats_stream
-from runq.ui.live_runs import ConsoleState, page_version, rows_stream, timeline_stream
+from runq.ui.live_runs import ConsoleState, timeline_stream
 from runq.ui.overview import Overview, overview_from_metrics
-from runq.ui.render import fragment, partial, render
+from runq.ui.render import partial, render
 from runq.ui.session import (
     check_csrf,
     check_signin_csrf,
@@ -55,7 +40,6 @@ from runq.ui.session import (
     new_signin_cookie,
     session_cookie,
     ui_authenticate,
-    ui_require_admin,
     verify_credential,
 )
 
@@ -86,7 +70,7 @@ async def _form(request: AnyRequest) -> FormMultiDict:
     return await request.form()
 
 
-def _flash(request: AnyRequest) -> str | None:
+def flash_of(request: AnyRequest) -> str | None:
     return FLASH_MESSAGES.get(request.query_params.get("done") or "")
 
 
@@ -142,7 +126,7 @@ def _signin_page(
         signin_token=cookie.value,
         mode=services_of(request).config.http.auth,
         problem=problem,
-        flash=_flash(request),
+        flash=flash_of(request),
     )
     response.set_cookie(cookie)
     return response
@@ -179,98 +163,6 @@ async def signout(request: AnyRequest) -> Response[Any]:
 @get("/", guards=[ui_authenticate])
 async def home(request: AnyRequest) -> Redirect:
     return Redirect("/ui/queue" if identity_of(request).is_admin else "/ui/runs", status_code=303)
-
-
-def _runs_page(request: AnyRequest, *, admin_view: bool) -> tuple[Identity, RunQuery, str | None]:
-    """Shared by ``/ui/runs`` (own runs) and ``/ui/queue/jobs`` (every run, admin)."""
-    identity = identity_of(request)
-    params = {key: request.query_params.getall(key) for key in request.query_params}
-    query = parse_query(params, admin=admin_view)
-    user_id = query.user if admin_view else identity.user_id
-    return identity, query, user_id
-
-
-@get("/runs", guards=[ui_authenticate])
-async def my_runs(request: AnyRequest) -> Response[Any]:
-    identity, query, user_id = _runs_page(request, admin_view=False)
-    if user_id is None:
-        # Key holders and open mode have no user of their own: their list is every run.
-        if identity.is_admin:
-            qs = request.url.query
-            return Redirect(f"/ui/queue/jobs{'?' + qs if qs else ''}", status_code=303)
-        raise Forbidden("this identity has no user id, so it owns no runs")
-    return await _render_runs(request, query, user_id=user_id, base="/ui/runs", admin_view=False)
-
-
-async def _read_runs(request: AnyRequest, query: RunQuery, user_id: str | None) -> Page:
-    return await services_of(request).queue.list_jobs(
-        statuses=query.statuses,
-        page=query.page,
-        limit=query.limit,
-        sort_by=query.sort_by,
-        sort_order=query.sort_order,
-        user_id=user_id,
-    )
-
-
-def _live_rows_url(base: str, query: RunQuery, page: Page) -> str:
-    qs = query.params()
-    return f"{base}/live?{qs + '&' if qs else ''}{urlencode({'v': page_version(page)})}"
-
-
-async def _render_runs(
-    request: AnyRequest, query: RunQuery, *, user_id: str | None, base: str, admin_view: bool
-) -> HTML:
-    page = await _read_runs(request, query, user_id)
-    return render(
-        request,
-        "runs.html",
-        identity=identity_of(request),
-        title="All runs" if admin_view else "My runs",
-        base=base,
-        admin_view=admin_view,
-        query=query,
-        page=page,
-        links=page_links(query, page, base),
-        columns=COLUMNS,
-        statuses=[s.value for s in Status],
-        page_sizes=PAGE_SIZES,
-        pending_filters=PENDING_FILTERS,
-        max_bulk=MAX_BULK_IDS,
-        flash=_flash(request),
-        live_rows=_live_rows_url(base, query, page),
-    )
-
-
-def _runs_live(
-    request: AnyRequest, query: RunQuery, user_id: str | None, admin_view: bool
-) -> ServerSentEvent:
-    """The table's stream: its query's rows, through the shared cache, when they change."""
-    state = console_state(request)
-    key = (query.params(), user_id)
-
-    async def read() -> Page:
-        return await state.listings.get(key, lambda: _read_runs(request, query, user_id))
-
-    def draw(page: Page) -> dict[str, str]:
-        return {
-            "rows": fragment("_run_rows.html", "rows", page, admin_view, COLUMNS),
-            "count": fragment("_run_rows.html", "count", page, query),
-        }
-
-    shown = request.query_params.get("v") or ""
-    return ServerSentEvent(
-        rows_stream(read, draw, state.hint, shown=shown[:64]),
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
-
-
-@get("/runs/live", guards=[ui_authenticate])
-async def my_runs_live(request: AnyRequest) -> ServerSentEvent:
-    _, query, user_id = _runs_page(request, admin_view=False)
-    if user_id is None:
-        raise Forbidden("this identity has no user id, so it owns no runs")
-    return _runs_live(request, query, user_id, admin_view=False)
 
 
 # -- one run -----------------------------------------------------------------------------------
@@ -344,7 +236,7 @@ async def _run_page(
         actions=_actions(identity, run),
         problem=problem,
         decision_text=decision_text,
-        flash=_flash(request),
+        flash=flash_of(request),
         events=events,
         timeline_truncated=truncated,
         live_events=live_events,
@@ -473,20 +365,6 @@ async def overview_live(request: AnyRequest) -> ServerSentEvent:
     )
 
 
-@get("/jobs")
-async def all_runs(request: AnyRequest) -> HTML:
-    _, query, user_id = _runs_page(request, admin_view=True)
-    return await _render_runs(
-        request, query, user_id=user_id, base="/ui/queue/jobs", admin_view=True
-    )
-
-
-@get("/jobs/live")
-async def all_runs_live(request: AnyRequest) -> ServerSentEvent:
-    _, query, user_id = _runs_page(request, admin_view=True)
-    return _runs_live(request, query, user_id, admin_view=True)
-
-
 @post("/jobs/{run_id:str}/requeue", status_code=303)
 async def requeue_action(request: AnyRequest, run_id: str) -> Response[Any]:
     form = await _form(request)
@@ -562,49 +440,4 @@ async def workers_page(request: AnyRequest) -> HTML:
         now=now,
         live_within=live_within,
         heartbeat_interval=queue_config.heartbeat_interval,
-    )
-
-
-def ui_router() -> Router:
-    """``/ui``: the pages above; ``/ui/queue`` behind the worker, session and admin guards."""
-    queue_pages = Router(
-        path="/queue",
-        route_handlers=[
-            overview_page,
-            overview_live,
-            all_runs,
-            all_runs_live,
-            requeue_action,
-            bulk_action,
-            workers_page,
-            limits_page,
-            remove_pause_action,
-        ],
-        guards=[ui_authenticate, ui_require_admin, require_worker],
-    )
-    # As ``/queue/schedules``: schedules live in the database, so a replica without a
-    # worker shows and changes them too.
-    schedule_pages = Router(
-        path="/queue/schedules",
-        route_handlers=[schedules_page, pause_schedule_action, resume_schedule_action],
-        guards=[ui_authenticate, ui_require_admin],
-    )
-    return Router(
-        path="/ui",
-        route_handlers=[
-            signin_form,
-            signin,
-            signout,
-            home,
-            my_runs,
-            my_runs_live,
-            run_page,
-            run_events_live,
-            cancel_action,
-            continue_action,
-            queue_pages,
-            schedule_pages,
-        ],
-        include_in_schema=False,
-        exception_handlers={Exception: handle_ui_exception},
     )

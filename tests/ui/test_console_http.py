@@ -3,19 +3,23 @@ cookies, CSRF, origins, loopback-only open mode, hostile parameters, per-id outc
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx
 import pytest
+from markupsafe import escape
 from serve_harness import (  # fixtures are used by name
     RunqServer,
+    RunqSetup,
     ServeFactory,
     runq_engine,
     runq_setup,
     serve_factory,
 )
+from ui_handlers import ASK_SUMMARY
 from ui_support import (
     API_KEY,
     bearer,
@@ -26,6 +30,8 @@ from ui_support import (
     submit,
     wait_status,
 )
+
+from runq.model import RunCursor, clean_pause_summary
 
 pytestmark = [pytest.mark.anyio, pytest.mark.daemon]
 __all__ = ["runq_engine", "runq_setup", "serve_factory"]
@@ -140,15 +146,24 @@ async def test_hostile_parameters_get_a_clear_400(
             "order=sideways",
             "user=%00",
             "status=queued&page=1&page=2",
+            "component=echo",
+            "session=%01",
+            "deployment=" + "x" * 201,
+            "created_after=yesterday",
+            "created_before=1e400",
+            "cursor=not-one-of-ours",
+            "sort=priority&cursor=" + RunCursor(1.0, "a").encode(),
         ):
             response = await client.get(f"/ui/queue/jobs?{query}")
             assert response.status_code == 400, (query, response.status_code)
             assert "text/html" in response.headers["content-type"]
+            reason = r'class="problem" role="alert"><strong>400</strong>: \w'
+            assert re.search(reason, response.text), response.text
         assert (await client.get("/ui/runs/%00")).status_code == 404
         assert (await client.get(f"/ui/runs/{'x' * 5000}")).status_code == 404
-        pending = await client.get("/ui/queue/jobs?component=task/echo")
-        assert pending.status_code == 200
-        assert "Not applied" in pending.text  # said, not silently ignored
+        filtered = await client.get("/ui/queue/jobs?component=task/echo&session=s")
+        assert filtered.status_code == 200
+        assert 'value="task/echo"' in filtered.text  # applied, and shown in the form
 
 
 async def test_open_mode_answers_loopback_names_only(
@@ -214,3 +229,36 @@ async def test_bulk_verbs_need_the_admin_scope(
     )
     assert response.status_code == 403
     await wait_status(server, mine, "queued", credential=alice)
+
+
+async def test_a_pause_summary_is_shown_to_approvers_and_by_the_cli(
+    serve_factory: ServeFactory, runq_setup: RunqSetup, runq_engine: str
+) -> None:
+    """The handler's question, next to the continue editor, for the run's user and for an
+    approver (who may not read the payload); escaped as text, in the browser and in
+    ``runq jobs show``."""
+    server = await start_console(serve_factory, auth="jwt")
+    alice = mint("alice")
+    run_id = await submit(server, "task/ui_ask", {"order": 42}, credential=alice)
+    await wait_status(server, run_id, "paused", credential=alice)
+    summary = clean_pause_summary(ASK_SUMMARY)
+    assert summary is not None
+    assert "\x1b" not in summary  # stored without the escape; markup kept as text
+
+    for who in (alice, mint("carol", "runq:approve")):
+        async with signed_in(server, who) as client:
+            page = await client.get(f"/ui/runs/{run_id}")
+            assert page.status_code == 200, page.text
+            assert f'<blockquote id="pause-summary">{escape(summary)}</blockquote>' in (page.text)
+            assert "<b>120 EUR</b>" not in page.text
+            assert 'aria-describedby="pause-summary decision-help"' in page.text
+    async with signed_in(server, mint("bob")) as client:
+        assert (await client.get(f"/ui/runs/{run_id}")).status_code == 404
+
+    shown = await runq_setup.cli("jobs", "show", run_id, config=server.config_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "\x1b" not in shown.stdout
+    line = next(line for line in shown.stdout.splitlines() if "pause_summary" in line)
+    assert "[bold]yes[/]" in line  # rich markup printed literally, not interpreted
+    as_json = await runq_setup.cli("jobs", "show", run_id, "--json", config=server.config_path)
+    assert json.loads(as_json.stdout)["pause_summary"] == summary

@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from urllib.parse import parse_qs
+
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from runq.errors import BadRequest
-from runq.model import Page, Status
-from runq.ui.listing import DEFAULT_PAGE_SIZE, RunQuery, page_links, parse_query
+from runq.model import Page, RunCursor, Status
+from runq.ui.listing import DEFAULT_PAGE_SIZE, RunQuery, RunsView, page_links, parse_query
 from runq.ui.overview import overview_from_metrics
 from runq.ui.pages import _safe_next, parse_decision
 from runq.ui.render import duration
 
 
-def q(admin: bool = True, **params: str | list[str]) -> RunQuery:
+def q(admin: bool = True, owner: str | None = None, **params: str | list[str]) -> RunQuery:
     return parse_query(
-        {k: v if isinstance(v, list) else [v] for k, v in params.items()}, admin=admin
+        {k: v if isinstance(v, list) else [v] for k, v in params.items()}, admin=admin, owner=owner
     )
+
+
+CURSOR = RunCursor(1_700_000_000.25, "01abc").encode()
 
 
 def test_query_defaults_and_round_trip() -> None:
@@ -35,15 +41,38 @@ def test_query_defaults_and_round_trip() -> None:
 
 
 def _split(qs: str) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for pair in qs.split("&"):
-        key, _, value = pair.partition("=")
-        out.setdefault(key, []).append(value)
-    return out
+    return parse_qs(qs, keep_blank_values=True)
 
 
-def test_a_user_filter_is_ignored_for_non_admins() -> None:
-    assert q(admin=False, user="bob").user is None
+def test_admin_filters_are_ignored_for_non_admins_and_the_owner_always_applies() -> None:
+    query = q(admin=False, owner="alice", user="bob", deployment="eu")
+    assert (query.user, query.deployment) == (None, None)
+    assert (query.where.user_id, query.where.deployment_id) == (None, None)
+    assert query.where.owner == "alice"
+
+
+def test_filters_reach_the_store_filter_and_round_trip() -> None:
+    query = q(
+        status="failed",
+        component="task/*",
+        session="s-1",
+        user="alice",
+        deployment="eu",
+        created_after="2026-11-30T10:15",
+        created_before="1764500000.5",
+    )
+    where = query.where
+    assert where.statuses == (Status.FAILED,)
+    assert (where.component, where.session_id) == ("task/*", "s-1")
+    assert (where.user_id, where.deployment_id, where.owner) == ("alice", "eu", None)
+    # The form's date-time inputs have no zone: UTC, as every time the console shows.
+    assert where.created_after == datetime(2026, 11, 30, 10, 15, tzinfo=UTC).timestamp()
+    assert query.created_after == "2026-11-30T10:15:00"
+    assert where.created_before == 1764500000.5
+    assert query.created_before == "2025-11-30T10:53:20.500000"
+    again = q(**_split(query.params()))
+    assert again == query
+    assert again.where == where
 
 
 @pytest.mark.parametrize(
@@ -60,6 +89,16 @@ def test_a_user_filter_is_ignored_for_non_admins() -> None:
         {"user": "a\x00b"},
         {"user": "x" * 201},
         {"page": ["1", "2"]},
+        {"component": "echo"},
+        {"component": "Task/echo"},
+        {"session": "a\x01b"},
+        {"created_after": "yesterday"},
+        {"created_before": "nan"},
+        {"created_after": "1e300"},
+        {"cursor": "not-a-cursor"},
+        {"cursor": CURSOR, "before": CURSOR},
+        {"cursor": CURSOR, "sort": "priority"},
+        {"before": CURSOR, "page": "2"},
     ],
 )
 def test_bad_parameters_are_refused(params: dict[str, str | list[str]]) -> None:
@@ -67,9 +106,10 @@ def test_bad_parameters_are_refused(params: dict[str, str | list[str]]) -> None:
         q(**params)
 
 
-def test_pending_filters_are_reported_not_applied() -> None:
-    query = q(component="task/echo", session=" ", deployment="eu")
-    assert query.pending == {"component": "task/echo", "deployment": "eu"}
+def test_blank_filters_are_no_filters() -> None:
+    query = q(component=" ", session="", created_after="")
+    assert query.where == q().where
+    assert query.params() == ""
 
 
 def test_sort_link_flips_the_order_of_the_current_column() -> None:
@@ -78,18 +118,29 @@ def test_sort_link_flips_the_order_of_the_current_column() -> None:
     assert query.aria_sort("priority") == "descending"
     assert query.aria_sort("status") == "none"
     assert "order" not in q(sort="priority", order="asc").sort_link("priority")
+    # A new sort starts from the first page: a cursor belongs to the created_at order.
+    assert "cursor" not in q(cursor=CURSOR).sort_link("priority")
 
 
-def test_page_links() -> None:
-    page = Page(data=[], page=2, limit=50, total_count=120)
-    links = page_links(q(page="2"), page, "/ui/queue/jobs")
-    assert links.first == "/ui/queue/jobs"
-    assert links.previous == "/ui/queue/jobs"
-    assert links.next == "/ui/queue/jobs?page=3"
-    assert links.last == "/ui/queue/jobs?page=3"
-    past_the_end = page_links(q(page="9"), page, "/ui/queue/jobs")
-    assert past_the_end.previous == "/ui/queue/jobs?page=3"
+def test_numbered_page_links_for_other_sorts() -> None:
+    page = RunsView(Page(data=[], page=2, limit=50, total_count=120))
+    links = page_links(q(page="2", sort="priority"), page, "/ui/queue/jobs")
+    assert links.first == "/ui/queue/jobs?sort=priority"
+    assert links.previous == "/ui/queue/jobs?sort=priority"
+    assert links.next == "/ui/queue/jobs?sort=priority&page=3"
+    assert links.last == "/ui/queue/jobs?sort=priority&page=3"
+    past_the_end = page_links(q(page="9", sort="priority"), page, "/ui/queue/jobs")
+    assert past_the_end.previous == "/ui/queue/jobs?sort=priority&page=3"
     assert past_the_end.next is None
+
+
+def test_cursor_page_links_by_creation_time() -> None:
+    empty = Page(data=[], page=1, limit=50, total_count=120)
+    first = page_links(q(status="failed"), RunsView(empty, None, CURSOR), "/b")
+    assert (first.first, first.previous, first.last) == (None, None, None)
+    assert first.next == f"/b?status=failed&cursor={CURSOR}"
+    later = page_links(q(cursor=CURSOR), RunsView(empty, "prev", None), "/b")
+    assert (later.first, later.previous, later.next) == ("/b", "/b?before=prev", None)
 
 
 def test_overview_from_exporter_text() -> None:

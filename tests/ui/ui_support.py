@@ -96,7 +96,10 @@ def console_config(auth: str = "key") -> dict[str, Any]:
         "http": http,
         "queue": {"poll_interval": 0.2},
         "routing": {"*": "local"},
-        "components": {"task/fail_first": "ui_handlers:fail_first"},
+        "components": {
+            "task/fail_first": "ui_handlers:fail_first",
+            "task/ui_ask": "ui_handlers:ask",
+        },
         # Tests read a continued run's answer to see the decision the handler received.
         "privacy": {"keep_answer_after_approval": True},
     }
