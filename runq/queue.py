@@ -350,7 +350,11 @@ class Queue:
         """``background``: defer semantics, ``(result, None)``. Otherwise enqueue semantics:
         ``(result, run)`` with the run as the dispatch left it (ended, on ``sync``)."""
         inline = background and self._inline_wake(new)
-        result = await self._store(new, wake=inline)
+        try:
+            result = await self._store(new, wake=inline)
+        finally:
+            if inline and self.notifier is not None:
+                self.notifier.inline_done()
         if not result.created:
             return result, (None if background else result.run)  # a duplicate is not re-run
         if background:
@@ -362,8 +366,9 @@ class Queue:
         return result, await self._dispatch(result.run)
 
     def _inline_wake(self, new: NewRun) -> bool:
-        """Carry the wake-up in the submit statement itself (postgres route): the first
-        submission of each coalescing window saves the round trip of a NOTIFY after it."""
+        """Carry the wake-up in the submit statement itself (postgres route) when the
+        notifier gives this submission the slot (``Notifier.take_inline_slot``): it saves
+        the round trip of a NOTIFY after the commit."""
         if self.notifier is None:
             return False
         if self.route(new.component_type, new.component_id) != "postgres":
