@@ -2,7 +2,7 @@
 
     python bench/runq_bench.py run --workload W1|W2|W3|W4|mem --dsn DSN [--runs N] ...
 
-Producer: the Python API (``Queue.open`` + ``store.submit_many`` for bulk, ``Queue.defer``
+Producer: the Python API (``Queue.open`` + ``Queue.defer_many`` for bulk, ``Queue.defer``
 for W2). Worker: ONE ``runq serve`` subprocess (uvloop), ``max_concurrency = 16``, HTTP
 off, the bench components from bench/bench_components.py; with ``--inproc``, the same
 supervisor hosted in this process on the standard asyncio loop (W2's producer is then a
@@ -163,8 +163,8 @@ async def bulk_submit(q: Queue, component: str, n: int, batch: int) -> float:
     t0 = time.perf_counter()
     for start in range(0, n, batch):
         k = min(batch, n - start)
-        news = [q.new_run("task", component, {"i": start + j}) for j in range(k)]
-        await q.store.submit_many(news)
+        # The public bulk path: idempotency, depth gates, sealing and one wake-up included.
+        await q.defer_many([q.new_run("task", component, {"i": start + j}) for j in range(k)])
     return n / (time.perf_counter() - t0)
 
 

@@ -41,6 +41,12 @@ class Sealer(Protocol):
 
     def seal(self, column: str, run_id: str, plaintext: bytes) -> bytes: ...
 
+    def seal_many(
+        self, column: str, run_ids: Sequence[str], plaintexts: Sequence[bytes]
+    ) -> list[bytes]:
+        """``seal`` of each (run id, plaintext) pair, in order."""
+        ...
+
     def open(self, column: str, run_id: str, sealed: bytes) -> bytes: ...
 
     def has_key(self, key_id: bytes) -> bool:
@@ -88,6 +94,23 @@ class KeyRing:
         body = self._sealing.encrypt(nonce, plaintext, _aad(column, run_id))
         return MAGIC + self._sealing_id + nonce + body
 
+    def seal_many(
+        self, column: str, run_ids: Sequence[str], plaintexts: Sequence[bytes]
+    ) -> list[bytes]:
+        # One read of the random source for every nonce and the lookups hoisted: a bulk
+        # submit seals thousands of payloads. Each value is sealed exactly as by seal().
+        nonces = os.urandom(NONCE_BYTES * len(run_ids))
+        encrypt = self._sealing.encrypt
+        head = MAGIC + self._sealing_id
+        prefix = f"runq:{column}:"
+        out: list[bytes] = []
+        at = 0
+        for run_id, plaintext in zip(run_ids, plaintexts, strict=True):
+            nonce = nonces[at : at + NONCE_BYTES]
+            at += NONCE_BYTES
+            out.append(head + nonce + encrypt(nonce, plaintext, (prefix + run_id).encode()))
+        return out
+
     def open(self, column: str, run_id: str, sealed: bytes) -> bytes:
         key_id = sealed_key_id(sealed)
         if key_id is None:
@@ -115,6 +138,11 @@ class PlainSealer:
 
     def seal(self, column: str, run_id: str, plaintext: bytes) -> bytes:
         return plaintext
+
+    def seal_many(
+        self, column: str, run_ids: Sequence[str], plaintexts: Sequence[bytes]
+    ) -> list[bytes]:
+        return list(plaintexts)
 
     def open(self, column: str, run_id: str, sealed: bytes) -> bytes:
         return sealed

@@ -326,3 +326,18 @@ def test_processes_racing_to_create_the_key_file_agree(tmp_path: Path) -> None:
     assert len(ids) == 1
     assert ids == {ensure_key_file(path).sealing_key_id.hex()}
     assert [p.name for p in tmp_path.iterdir()] == ["race.key"]
+
+
+def test_seal_many_seals_each_value_as_seal_does() -> None:
+    ring = KeyRing([OLD])
+    runs = [RUN, OTHER_RUN, RUN]
+    values = [SECRET, b"", b'{"i":2}']
+    sealed = ring.seal_many("payload", runs, values)
+    assert [ring.open("payload", r, s) for r, s in zip(runs, sealed, strict=True)] == values
+    assert len({s[len(MAGIC) + 8 : HEADER_BYTES] for s in sealed}) == 3  # a nonce each
+    with pytest.raises(SealError):
+        ring.open("payload", OTHER_RUN, sealed[0])  # still bound to its run
+    with pytest.raises(SealError):
+        ring.open("answer", RUN, sealed[0])  # and to its column
+    assert ring.seal_many("payload", [], []) == []
+    assert PlainSealer().seal_many("payload", runs, values) == values

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -43,6 +43,11 @@ class _NoKeys:
         raise SealError("no seal key is configured")
 
     def seal(self, column: str, run_id: str, plaintext: bytes) -> bytes:
+        raise SealError("no seal key is configured")
+
+    def seal_many(
+        self, column: str, run_ids: Sequence[str], plaintexts: Sequence[bytes]
+    ) -> list[bytes]:
         raise SealError("no seal key is configured")
 
     def open(self, column: str, run_id: str, sealed: bytes) -> bytes:

@@ -158,19 +158,87 @@ def insert_values(new: NewRun, run_id: str, sealer: Sealer, encoded: bytes | Non
     )
 
 
+def insert_values_many(
+    news: Sequence[NewRun], run_ids: Sequence[str], sealer: Sealer, encoded: Sequence[bytes | None]
+) -> list[InsertValues]:
+    """``insert_values`` of a batch: the payloads sealed in one call, the rows built by
+    position (a bulk submit builds thousands; keyword construction costs several times more)."""
+    kept = [i for i, enc in enumerate(encoded) if enc is not None]
+    sealed: list[bytes | None] = [None] * len(news)
+    for i, value in zip(
+        kept,
+        sealer.seal_many("payload", [run_ids[i] for i in kept], [encoded[i] or b"" for i in kept]),
+        strict=True,
+    ):
+        sealed[i] = value
+    return [
+        InsertValues(
+            run_id,
+            new.component_type,
+            new.component_id,
+            new.max_attempts,
+            new.priority,
+            new.session_id,
+            new.actor.user_id,
+            encode_actor(new.actor),
+            new.configuration,
+            new.deployment_id or "",
+            new.idempotency_key,
+            new.origin,
+            max(float(new.delay_seconds), 0.0),
+            new.save_request,
+            payload,
+        )
+        for new, run_id, payload in zip(news, run_ids, sealed, strict=True)
+    ]
+
+
 def encoded_payload(new: NewRun) -> bytes | None:
     """The JSON of the payload to store, encoded before any SQL so a bad value writes nothing."""
     return encode_json(new.payload) if new.save_request else None
 
 
+#: A queued run as a submit writes it, with every per-run column blank: ``fresh_run`` fills
+#: in the rest with ``msgspec.structs.replace``, several times cheaper than constructing a
+#: 30-field ``Run`` (a bulk submit builds thousands).
+_QUEUED_RUN = Run(
+    id="",
+    component_type="",
+    component_id="",
+    status=Status.QUEUED,
+    attempt=0,
+    max_attempts=1,
+    priority=0,
+    session_id=None,
+    user_id=None,
+    actor=Actor(),
+    configuration=None,
+    deployment_id=None,
+    idempotency_key=None,
+    origin="",
+    created_at=0.0,
+    updated_at=0.0,
+    available_at=0.0,
+    started_at=None,
+    completed_at=None,
+    locked_by=None,
+    locked_at=None,
+    error=None,
+    termination_reason=None,
+    pause_reason=None,
+    cancel_requested=False,
+    non_idempotent=False,
+    has_request=True,
+)
+
+
 def fresh_run(new: NewRun, values: InsertValues, encoded: bytes | None, now: float) -> Run:
     """The inserted row as a Run, built from what was written (no read-back, no unsealing)."""
-    return Run(
+    return msgspec.structs.replace(
+        _QUEUED_RUN,
         id=values.id,
         component_type=new.component_type,
         component_id=new.component_id,
-        status=Status.QUEUED,
-        attempt=0,
         max_attempts=new.max_attempts,
         priority=new.priority,
         session_id=new.session_id,
@@ -183,15 +251,6 @@ def fresh_run(new: NewRun, values: InsertValues, encoded: bytes | None, now: flo
         created_at=now,
         updated_at=now,
         available_at=now + values.delay,
-        started_at=None,
-        completed_at=None,
-        locked_by=None,
-        locked_at=None,
-        error=None,
-        termination_reason=None,
-        pause_reason=None,
-        cancel_requested=False,
-        non_idempotent=False,
         has_request=new.save_request,
         payload=msgspec.json.decode(encoded) if encoded is not None else None,
         concurrency_key=new.concurrency_key,

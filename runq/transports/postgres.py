@@ -1,11 +1,13 @@
 """The ``postgres`` transport: ``NOTIFY`` to wake, ``LISTEN`` in every replica.
 
-``Notifier`` coalesces wake-ups: a burst of submissions sends at most one ``NOTIFY`` per
-window (5 ms), and always one after the last request of a burst, so no submission is left
-to the poll unless a NOTIFY fails. Cancels are sent at once. ``Listener`` holds one
-dedicated connection that ``LISTEN``s on the store's channel; when the connection is lost
-it reconnects with backoff, ``LISTEN``s again and wakes the claimers once (anything
-announced while it was away is found by that claim pass, or by the poll).
+``Notifier`` coalesces wake-ups: a submission carries its ``NOTIFY`` in its own statement
+unless another one in flight already does (``take_inline_slot``); the others of a burst
+send at most one ``NOTIFY`` per window (5 ms), and always one after the last request of a
+burst, so no submission is left to the poll unless a NOTIFY fails. Cancels are sent at
+once. ``Listener`` holds one dedicated connection that ``LISTEN``s on the store's channel;
+when the connection is lost it reconnects with backoff, ``LISTEN``s again and wakes the
+claimers once (anything announced while it was away is found by that claim pass, or by
+the poll).
 
 During an outage every replica retries, so the retries must stay cheap for the database
 coming back and quiet for the operator: the delay doubles from ``RECONNECT_MIN`` up to
@@ -58,15 +60,30 @@ class Notifier:
         self._pending = anyio.Event()
         self._running = False
         self._last_sent = float("-inf")
+        self._inline_in_flight = 0
 
     def take_inline_slot(self) -> bool:
-        """True when no wake-up went out in the current coalescing window; the caller then
-        sends one inside its submit statement (delivered at commit, no extra round trip)."""
+        """True when the caller should send the wake-up inside its submit statement
+        (delivered at commit, no extra round trip), and then call ``inline_done`` after it.
+
+        Yes when no other submission of this process is carrying one right now, so a lone
+        producer's every submit wakes the workers at its commit, as fast as a wake-up can
+        be: falling back to ``request_wake`` costs a NOTIFY round trip after the commit, or
+        up to a window's wait when the coalescer has just sent one (a producer running
+        behind its schedule submits back to back, inside one window). Yes as well when
+        none went out in the current coalescing window. Concurrent submitters (a burst on
+        the API) coalesce as before: one inline wake-up in flight at a time plus at most
+        one ``request_wake`` NOTIFY per window."""
         now = time.monotonic()
-        if now - self._last_sent < self._window:
+        if self._inline_in_flight and now - self._last_sent < self._window:
             return False
         self._last_sent = now
+        self._inline_in_flight += 1
         return True
+
+    def inline_done(self) -> None:
+        """The submission that took an inline slot has finished (committed or failed)."""
+        self._inline_in_flight -= 1
 
     def request_wake(self) -> None:
         """Ask for a wake-up; sent by ``run()`` within the coalescing window."""

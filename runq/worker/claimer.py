@@ -225,6 +225,7 @@ class Claimer:
         try:
             while not self._stopping:
                 self._wake = anyio.Event()
+                asked = self.free_slots()
                 try:
                     claimed = await self.claim_once(executions)
                     failures = 0
@@ -242,9 +243,12 @@ class Claimer:
                     if not started:
                         started = True
                         task_status.started()
-                free = self.free_slots()
-                if claimed and free > 0:
+                if claimed >= asked > 0 and self.free_slots() > 0:
                     continue  # a full pass: more may be waiting for the slots still free
+                # A pass that took fewer runs than it asked for saw none left to take: sleep
+                # (a submission since then has set the fresh wake event, so this returns at
+                # once). Claiming again at once cost every wake-up an empty claim round
+                # trip, which the next wake-up's claim could queue behind.
                 await self._sleep(self.config.poll_interval)
         finally:
             self._stopped.set()

@@ -86,3 +86,26 @@ def test_local_hub_reaches_subscribers_until_they_leave() -> None:
     unsubscribe()
     hub.wake()
     assert woken == ["wake", "r1"]
+
+
+def test_a_lone_producer_carries_every_wake_up_in_its_own_statement() -> None:
+    """Back-to-back submits, one at a time, each get the inline slot even inside one
+    coalescing window: a fallback NOTIFY after the commit would only add latency."""
+    notifier = Notifier(FakeStore(), window=60)
+    for _ in range(3):
+        assert notifier.take_inline_slot()
+        notifier.inline_done()
+
+
+def test_concurrent_submissions_share_one_inline_wake_up_per_window() -> None:
+    """While one submission carries a wake-up, the others inside the window do not; once
+    it is done, or once the window has passed, the next one may carry one again."""
+    notifier = Notifier(FakeStore(), window=60)
+    assert notifier.take_inline_slot()
+    assert not notifier.take_inline_slot()
+    assert not notifier.take_inline_slot()
+    notifier.inline_done()
+    assert notifier.take_inline_slot()
+    short = Notifier(FakeStore(), window=0.0)
+    assert short.take_inline_slot()
+    assert short.take_inline_slot()  # the window passed: a second one in flight is fine

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import time
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,7 @@ from runq.model import (
     UsageTotals,
     WorkerInfo,
     new_run_id,
+    new_run_ids,
 )
 from runq.seal import KeyRing, key_id_of, sealed_key_id
 from runq.store import make_store
@@ -264,6 +266,21 @@ def test_run_ids_sort_in_creation_order() -> None:
     assert len(set(made)) == len(made)
     out_of_order = sum(1 for a, b in itertools.pairwise(made) if a > b)
     assert out_of_order == 0, f"{out_of_order} of {len(made)} consecutive ids sort backwards"
+
+
+def test_ids_made_in_bulk_sort_after_single_ones_and_are_uuid7() -> None:
+    """A bulk submit makes its ids in one go (``new_run_ids``): still unique, increasing,
+    after every id made before and before every id made after, each a valid UUIDv7."""
+    before = new_run_id()
+    made = new_run_ids(5000)
+    after = new_run_id()
+    assert len(set(made)) == len(made)
+    assert [before, *made, after] == sorted([before, *made, after])
+    assert all(a < b for a, b in itertools.pairwise([before, *made, after]))
+    for text in (made[0], made[2500], made[-1]):
+        parsed = uuid.UUID(text)
+        assert (parsed.version, parsed.variant) == (7, uuid.RFC_4122)
+    assert new_run_ids(0) == []
 
 
 # =========================================================================================

@@ -188,3 +188,18 @@ async def test_timeout_seconds_is_bounded_by_the_config(open_queue: Opener) -> N
         plain = await q.get((await q.defer("task", "echo")).run.id)
         assert plain is not None
         assert plain.timeout_seconds is None
+
+
+async def test_every_run_of_a_batch_gets_its_submitted_event(open_queue: Opener) -> None:
+    """The `submitted` event is written per statement (PostgreSQL: one trigger call for the
+    whole COPY): every run still gets exactly one, seq 1, at its created_at; a duplicate
+    answered from a stored run gets none."""
+    async with open_queue() as q:
+        items = [q.new_run("task", "echo", {"i": i}, idempotency_key=f"k{i}") for i in range(3)]
+        first = await q.defer_many(items)
+        again = await q.defer_many([*items[:1], q.new_run("task", "echo", {"i": 3})])
+        assert [r.created for r in again] == [False, True]
+        for result in [*first, again[1]]:
+            events = await q.store.list_events(result.run.id, after=0, limit=10)
+            assert [(e.seq, e.kind, e.attempt) for e in events] == [(1, "submitted", 0)]
+            assert events[0].at == result.run.created_at

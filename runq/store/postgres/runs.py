@@ -125,14 +125,13 @@ class PostgresRuns(PostgresBase):
         return SubmitResult(run, False)
 
     async def submit_many(self, news: Sequence[NewRun]) -> list[str]:
-        ids = [n.id or new_run_id() for n in news]
+        ids = batch.run_ids(news)
         if not ids:
             return ids
         # Every payload encoded and sealed before any SQL, so a bad value writes nothing.
-        values = [
-            rows.insert_values(n, run_id, self._sealer, rows.encoded_payload(n))
-            for run_id, n in zip(ids, news, strict=True)
-        ]
+        values = rows.insert_values_many(
+            news, ids, self._sealer, list(map(rows.encoded_payload, news))
+        )
         try:
             async with self._db.transaction() as con:
                 # One clock for the batch, the transaction's (what the INSERT would use);
@@ -160,13 +159,10 @@ class PostgresRuns(PostgresBase):
     ) -> list[SubmitResult]:
         if not news:
             return []
-        ids = [n.id or new_run_id() for n in news]
+        ids = batch.run_ids(news)
         # Every payload encoded and sealed before any SQL, so a bad value writes nothing.
         encoded = [rows.encoded_payload(n) for n in news]
-        values = [
-            rows.insert_values(n, run_id, self._sealer, enc)
-            for run_id, n, enc in zip(ids, news, encoded, strict=True)
-        ]
+        values = rows.insert_values_many(news, ids, self._sealer, encoded)
         limits = batch.DepthLimits(max_queue_depth, max_delayed, max_queued_per_user)
         for _ in range(_SUBMIT_ATTEMPTS):
             try:
@@ -208,11 +204,11 @@ class PostgresRuns(PostgresBase):
             found = await con.fetch(self._sql.get_many, stored) if stored else []
         by_id = {row["id"]: self._run(row) for row in found}
         fresh_runs = {i: rows.fresh_run(news[i], values[i], encoded[i], now) for i in fresh}
+        # Positional: SubmitResult(run, created) per item of a batch of thousands.
         return [
-            SubmitResult(
-                by_id[answer] if isinstance(answer, str) else fresh_runs[answer],
-                created=plan.created(i),
-            )
+            SubmitResult(by_id[answer], False)
+            if isinstance(answer, str)
+            else SubmitResult(fresh_runs[answer], answer == i)
             for i, answer in enumerate(plan.answer)
         ]
 

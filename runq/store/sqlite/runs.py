@@ -118,25 +118,26 @@ class SqliteRuns(SqliteBase):
                 raise QueueFull(messages.user_queue_full(max_per_user))
 
     async def submit_many(self, news: Sequence[NewRun]) -> list[str]:
-        ids = [new.id or new_run_id() for new in news]
-        batch = [
+        ids = batch.run_ids(news)
+        encoded = [rows.encoded_payload(new) for new in news]
+        records = [
             {
-                **rows.insert_values(
-                    new, run_id, self._sealer, rows.encoded_payload(new)
-                )._asdict(),
+                **values._asdict(),
                 "concurrency_key": new.concurrency_key,
                 "timeout_seconds": new.timeout_seconds,
             }
-            for new, run_id in zip(news, ids, strict=True)
+            for new, values in zip(
+                news, rows.insert_values_many(news, ids, self._sealer, encoded), strict=True
+            )
         ]
 
         def body(conn: sqlite3.Connection, now: float) -> None:
             try:
-                conn.executemany(self._sql.insert, [{**row, "now": now} for row in batch])
+                conn.executemany(self._sql.insert, [{**row, "now": now} for row in records])
             except sqlite3.IntegrityError as e:
                 raise Conflict(messages.bulk_refused(e)) from e
 
-        if batch:
+        if records:
             await self._write(body)
         return ids
 
@@ -148,13 +149,10 @@ class SqliteRuns(SqliteBase):
         max_delayed: int = 0,
         max_queued_per_user: int = 0,
     ) -> list[SubmitResult]:
-        ids = [new.id or new_run_id() for new in news]
+        ids = batch.run_ids(news)
         # Every payload encoded and sealed before the write lock: a bad one stores nothing.
         encoded = [rows.encoded_payload(new) for new in news]
-        values = [
-            rows.insert_values(new, run_id, self._sealer, enc)
-            for new, run_id, enc in zip(news, ids, encoded, strict=True)
-        ]
+        values = rows.insert_values_many(news, ids, self._sealer, encoded)
         limits = batch.DepthLimits(max_queue_depth, max_delayed, max_queued_per_user)
 
         def body(conn: sqlite3.Connection, now: float) -> _Planned:
