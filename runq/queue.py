@@ -28,19 +28,16 @@ from runq.components import ComponentRegistry
 from runq.config import Config, load_config
 from runq.errors import BadRequest, NotFound, StoreUnavailable, UnknownComponent
 from runq.flow.waits import WaitInputs, explain
+from runq.listing import ALL_RUNS, Page, RunCursor, RunFilter
 from runq.log import get_logger
 from runq.metrics import SUBMISSIONS
 from runq.model import (
-    ALL_RUNS,
     COMPONENT_TYPES,
     Actor,
     Lease,
     NewRun,
-    Page,
     Run,
-    RunCursor,
     RunEvent,
-    RunFilter,
     Stats,
     Status,
     SubmitResult,

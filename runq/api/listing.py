@@ -12,7 +12,8 @@ import re
 from datetime import UTC, datetime
 
 from runq.errors import BadRequest
-from runq.model import RunCursor, RunFilter, Status
+from runq.listing import RunCursor, RunFilter
+from runq.model import Status
 
 #: ``*``, ``type/*``, ``type/id`` or a glob with ``*`` in the id (as ``[limits]`` patterns,
 #: but any printable id, since component ids may hold more than pattern names do).

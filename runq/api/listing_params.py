@@ -7,7 +7,8 @@ from typing import Annotated
 from litestar.params import Parameter
 
 from runq.api.listing import MAX_LISTING_LIMIT
-from runq.model import MAX_CURSOR_CHARS, Status
+from runq.listing import MAX_CURSOR_CHARS
+from runq.model import Status
 
 StatusFilter = Annotated[
     list[Status] | None,

@@ -24,7 +24,8 @@ from runq.api.listing_params import (
 from runq.api.problems import error_responses
 from runq.api.schemas import MAX_PAGE, JobsPage, SortOrder, is_plausible_id
 from runq.errors import BadRequest, NotFound
-from runq.model import DEFAULT_SORT_BY, SORTABLE_FIELDS, JobView, Stats
+from runq.listing import DEFAULT_SORT_BY, SORTABLE_FIELDS
+from runq.model import JobView, Stats
 
 _GUARDED = (401, 403, 503)
 

@@ -14,7 +14,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from runq.model import JobView, Page, Run, Status, TerminationReason, WaitReason
+from runq.listing import Page
+from runq.model import JobView, Run, Status, TerminationReason, WaitReason
 
 #: Longest ``Idempotency-Key`` accepted; a longer one is answered 422 (issue #1).
 MAX_IDEMPOTENCY_KEY_CHARS = 512

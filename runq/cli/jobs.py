@@ -13,7 +13,8 @@ from runq.cli.ids import resolve_run_id
 from runq.cli.options import CliContext, common_options, read_json_arg, run_async
 from runq.cli.render import echo_json, job_row, new_console, print_report, print_run
 from runq.errors import BadRequest
-from runq.model import JobView, Page, Run, RunCursor, RunFilter, Status, WaitReason
+from runq.listing import Page, RunCursor, RunFilter
+from runq.model import JobView, Run, Status, WaitReason
 
 if TYPE_CHECKING:
     from runq.queue import Queue

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from runq.flow import FlowRules, FlowState, Pause
+from runq.listing import ALL_RUNS, Page, RunCursor, RunFilter, RunList
 from runq.model import (
-    ALL_RUNS,
     BudgetBlock,
     ClaimedRuns,
     Completion,
@@ -28,15 +28,11 @@ from runq.model import (
     Lease,
     NewEvent,
     NewRun,
-    Page,
     QueuedCount,
     QueueHealth,
     ReapReport,
     Run,
-    RunCursor,
     RunEvent,
-    RunFilter,
-    RunList,
     ScheduleState,
     SlotFire,
     Stats,

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import msgspec
 
 from runq.errors import InvalidPayload, SealError
+from runq.listing import RunCursor, RunFilter
 from runq.model import (
     Actor,
     Completion,
@@ -27,8 +28,6 @@ from runq.model import (
     Pause,
     Resume,
     Run,
-    RunCursor,
-    RunFilter,
     ScheduleState,
     Status,
     TerminationReason,

@@ -13,14 +13,8 @@ from typing import Any
 
 from runq.errors import ConfigError
 from runq.flow import like_pattern
-from runq.model import (
-    DEFAULT_SORT_BY,
-    SORTABLE_FIELDS,
-    TRANSITIONS,
-    RunCursor,
-    RunFilter,
-    Status,
-)
+from runq.listing import DEFAULT_SORT_BY, SORTABLE_FIELDS, RunCursor, RunFilter
+from runq.model import TRANSITIONS, Status
 from runq.store.messages import REAP_EXHAUSTED_TEMPLATE
 
 #: The schema name is interpolated into every statement, so it must be a plain identifier.

@@ -20,7 +20,8 @@ from urllib.parse import urlencode
 from runq.api.listing import checked_component, checked_text, decoded_cursor, time_bound
 from runq.api.schemas import MAX_PAGE
 from runq.errors import BadRequest
-from runq.model import ALL_RUNS, DEFAULT_SORT_BY, SORTABLE_FIELDS, Page, RunFilter, Status
+from runq.listing import ALL_RUNS, DEFAULT_SORT_BY, SORTABLE_FIELDS, Page, RunFilter
+from runq.model import Status
 
 PAGE_SIZES = (20, 50, 100, 200)
 DEFAULT_PAGE_SIZE = 50

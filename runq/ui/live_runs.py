@@ -34,7 +34,8 @@ import anyio
 import msgspec
 from litestar.response.sse import ServerSentEventMessage
 
-from runq.model import Page, Run, RunEvent
+from runq.listing import Page
+from runq.model import Run, RunEvent
 from runq.store.base import Store
 from runq.transports.follow import feed_for, follow_events
 from runq.transports.local import LocalHub

@@ -19,7 +19,8 @@ from litestar.response import Redirect, ServerSentEvent
 from runq.api.auth import Forbidden
 from runq.api.guards import services_of
 from runq.api.routes_bulk import MAX_BULK_IDS
-from runq.model import Page, RunCursor, Status
+from runq.listing import Page, RunCursor
+from runq.model import Status
 from runq.queue import Queue
 from runq.ui.listing import COLUMNS, PAGE_SIZES, RunQuery, RunsView, page_links, parse_query
 from runq.ui.live_runs import page_version, rows_stream

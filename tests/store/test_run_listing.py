@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from factories import new_run, submit
 
-from runq.model import Actor, RunCursor, RunFilter, Status
+from runq.listing import RunCursor, RunFilter
+from runq.model import Actor, Status
 from runq.store.base import Store
 
 pytestmark = pytest.mark.anyio

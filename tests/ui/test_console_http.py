@@ -31,7 +31,8 @@ from ui_support import (
     wait_status,
 )
 
-from runq.model import RunCursor, clean_pause_summary
+from runq.listing import RunCursor
+from runq.model import clean_pause_summary
 
 pytestmark = [pytest.mark.anyio, pytest.mark.daemon]
 __all__ = ["runq_engine", "runq_setup", "serve_factory"]

@@ -8,7 +8,8 @@ import pytest
 
 from runq.config import LimitConfig
 from runq.flow import FlowRules, FlowState, Pause
-from runq.model import Actor, Page, QueuedCount, Run, Status
+from runq.listing import Page
+from runq.model import Actor, QueuedCount, Run, Status
 from runq.ui.chart import HEIGHT, MINUTES, ThroughputCache, throughput_from_rows
 from runq.ui.limits import limits_use
 from runq.ui.live_runs import ChangeHint, ListingCache, page_version

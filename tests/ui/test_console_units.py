@@ -9,7 +9,8 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from runq.errors import BadRequest
-from runq.model import Page, RunCursor, Status
+from runq.listing import Page, RunCursor
+from runq.model import Status
 from runq.ui.listing import DEFAULT_PAGE_SIZE, RunQuery, RunsView, page_links, parse_query
 from runq.ui.overview import overview_from_metrics
 from runq.ui.pages import _safe_next, parse_decision

@@ -8,18 +8,8 @@ from typing import Any
 import anyio
 import asyncpg
 
-from runq.model import (
-    ALL_RUNS,
-    Page,
-    QueueHealth,
-    ReapReport,
-    RunCursor,
-    RunFilter,
-    RunList,
-    Stats,
-    Status,
-    WorkerInfo,
-)
+from runq.listing import ALL_RUNS, Page, RunCursor, RunFilter, RunList
+from runq.model import QueueHealth, ReapReport, Stats, Status, WorkerInfo
 from runq.seal import SEALED_COLUMNS
 from runq.store import events as event_rows
 from runq.store import messages, rows

@@ -6,18 +6,8 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from runq.model import (
-    ALL_RUNS,
-    Page,
-    QueueHealth,
-    ReapReport,
-    RunCursor,
-    RunFilter,
-    RunList,
-    Stats,
-    Status,
-    WorkerInfo,
-)
+from runq.listing import ALL_RUNS, Page, RunCursor, RunFilter, RunList
+from runq.model import QueueHealth, ReapReport, Stats, Status, WorkerInfo
 from runq.seal import SEALED_COLUMNS
 from runq.store import events as event_rows
 from runq.store import messages, rows

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from runq.model import RunCursor, RunFilter
+from runq.listing import RunCursor, RunFilter
 from runq.store.postgres.statements.common import _FINAL, _fenced, _still_running
 from runq.store.statements import (
     Params,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runq.model import RunCursor, RunFilter
+from runq.listing import RunCursor, RunFilter
 from runq.seal import SEALED_COLUMNS
 from runq.store.sqlite.statements.common import _FENCE, _FINAL_IN, _LEASE_CLEAR, _fence
 from runq.store.sqlite.statements.lifecycle import _fail
