@@ -110,6 +110,18 @@ class FlowRules:
                 counts[i] += n
         return counts
 
+    def max_running_caps(self) -> list[int]:
+        """Each group's ``max_running`` (``NO_CAP`` where it has none)."""
+        return [g.max_running or NO_CAP for g in self.groups]
+
+    def rate_caps(self) -> list[int]:
+        """Each group's starts per rate window (``NO_CAP`` where it has no rate)."""
+        return [g.rate[0] if g.rate is not None else NO_CAP for g in self.groups]
+
+    def rate_periods(self) -> list[float]:
+        """Each group's rate window in seconds (1 where it has no rate: never read)."""
+        return [g.rate[1] if g.rate is not None else 1.0 for g in self.groups]
+
     def per_key_max(self) -> list[int]:
         """Each group's ``max_running_per_key`` (``NO_CAP`` where it has none)."""
         return [g.max_running_per_key or NO_CAP for g in self.groups]

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runq.store.postgres.statements.claims import _claim_sql, _limited_claim_sql, _release_sql
+from runq.store.postgres.statements.claims import (
+    _admit_sql,
+    _claim_sql,
+    _limited_claim_sql,
+    _release_sql,
+)
 from runq.store.postgres.statements.common import _clock
 from runq.store.postgres.statements.events import _events_sql
 from runq.store.postgres.statements.flow import _flow_sql, _usage_sql
@@ -99,6 +104,9 @@ class Statements:
     claim_limited: str
     claim_limited_affinity: str
     claim_limited_one: str
+    admit: str
+    admit_affinity: str
+    admit_one: str
     limits_lock: str
     running_by_component: str
     rate_windows_get: str
@@ -151,6 +159,7 @@ def build(schema: str, offset: float) -> Statements:
     s, now = schema, _clock(offset)
     claim, claim_affinity, claim_one = _claim_sql(s, now)
     limited, limited_affinity, limited_one = _limited_claim_sql(s, now)
+    admit, admit_affinity, admit_one = _admit_sql(s, now)
     return Statements(
         now=f"SELECT {now}",
         ping="SELECT 1",
@@ -177,6 +186,9 @@ def build(schema: str, offset: float) -> Statements:
         claim_limited=limited,
         claim_limited_affinity=limited_affinity,
         claim_limited_one=limited_one,
+        admit=admit,
+        admit_affinity=admit_affinity,
+        admit_one=admit_one,
         **_flow_sql(s, now),
         seal_check_get=f"SELECT key_id FROM {s}.seal_check WHERE id = 1 FOR UPDATE",
         seal_check_put=(

@@ -166,3 +166,120 @@ def _release_sql(s: str, now: str) -> str:
         FROM unnest($2::text[], $3::int[], $4::text[]) AS v(id, attempt, reason)
         WHERE r.id = v.id AND r.attempt = v.attempt AND r.locked_by = $1
           AND {_still_running("r")}"""
+
+
+#: The ``rate_windows`` row every one-statement limited claim bumps (no pattern is empty):
+#: its ``used`` is a claim counter, so a claim can tell whether another committed between
+#: its snapshot and its row lock. Wraps before INTEGER does.
+EPOCH_ROW = ""
+EPOCH_WRAP = 1_000_000_000
+
+
+def _admit_sql(s: str, now: str) -> tuple[str, str, str]:
+    """The limited claim as ONE statement: (no deployment, with a deployment, one run by id).
+
+    Parameters $1-$8 as in ``_claim_sql`` ($8 the deployment, '' when none), then per limit
+    group, most specific first: $9 patterns in LIKE form, $10 ``max_running``, $11
+    ``max_running_per_key``, $12 rate starts per window (``NO_CAP`` where a kind is not
+    capped), $13 rate periods in seconds, $14 the patterns as written (rate window keys).
+
+    The statement counts running runs per group and key and reads the rate windows, claims
+    within the room left, and adds its starts to the windows. Its counts come from the
+    statement's snapshot, which another claimer may have outdated by committing before
+    this one locks anything; so every such claim also bumps one counter row. The bump
+    waits for a concurrent claimer's commit (a row lock) and then sees its bump: when the
+    counter moved by more than this claim's own step, the snapshot is stale, nothing is
+    claimed and ``fresh`` is false (the caller retries with a new snapshot). When it moved
+    by exactly one, no limited claim committed since the snapshot and none can until this
+    one does, so the counts were exact. Every row returned carries ``fresh``; one row with
+    NULL run columns comes back when nothing was claimed.
+    """
+    filters = _claim_filters(s, now, 3)
+
+    def group(alias: str) -> str:
+        return f"""(SELECT p.i FROM unnest($9::text[]) WITH ORDINALITY AS p(pat, i)
+               WHERE {_component_name(alias)} LIKE p.pat ORDER BY p.i LIMIT 1)"""
+
+    room = "(SELECT a FROM rooms)"
+    key_room = f"""CASE WHEN r.concurrency_key IS NULL OR g.i IS NULL THEN {NO_CAP}
+        ELSE ($11::int[])[g.i] - coalesce((
+            SELECT b.n FROM busy b WHERE b.i = g.i AND b.ckey = r.concurrency_key), 0) END"""
+    has_room = f"coalesce({room}[g.i], 1) > 0 AND {key_room} > 0"
+    columns = (
+        f"r.id, r.priority, r.available_at, g.i AS grp, r.concurrency_key AS ckey,"
+        f" {key_room} AS kroom"
+    )
+    window = f"floor({now} / ($13::float8[])[{{i}}]) * ($13::float8[])[{{i}}]"
+
+    def branch(dep: str) -> str:
+        return (
+            f"SELECT {columns} FROM {s}.runs r CROSS JOIN LATERAL (SELECT {group('r')} AS i) g "
+            f"WHERE r.status = 'queued' AND r.deployment_id = {dep} AND {filters} "
+            f"AND {has_room} "
+            "ORDER BY r.priority, r.available_at, r.id LIMIT $2 FOR UPDATE OF r SKIP LOCKED"
+        )
+
+    def statement(candidates: str, limit: str) -> str:
+        return f"""
+        WITH seen AS MATERIALIZED (
+            SELECT coalesce((SELECT used FROM {s}.rate_windows
+                             WHERE pattern = '{EPOCH_ROW}'), 0) AS epoch),
+        busy AS MATERIALIZED (
+            SELECT g.i, r.concurrency_key AS ckey, count(*) AS n
+            FROM {s}.runs r CROSS JOIN LATERAL (SELECT {group("r")} AS i) g
+            WHERE r.status = 'running' AND g.i IS NOT NULL GROUP BY 1, 2),
+        rooms AS MATERIALIZED (
+            SELECT array_agg(least(
+                ($10::int[])[p.i] - coalesce((SELECT sum(b.n) FROM busy b WHERE b.i = p.i), 0),
+                ($12::int[])[p.i] - coalesce((
+                    SELECT w.used FROM {s}.rate_windows w
+                    WHERE w.pattern = p.pat AND w.window_start = {window.format(i="p.i")}), 0)
+            ) ORDER BY p.i) AS a
+            FROM unnest($14::text[]) WITH ORDINALITY AS p(pat, i)),
+        bump AS (
+            INSERT INTO {s}.rate_windows AS w (pattern, window_start, used)
+            VALUES ('{EPOCH_ROW}', 0, 1)
+            ON CONFLICT (pattern) DO UPDATE SET used = w.used % {EPOCH_WRAP} + 1
+            RETURNING used),
+        fresh AS MATERIALIZED (
+            SELECT (SELECT used FROM bump) = (SELECT epoch FROM seen) % {EPOCH_WRAP} + 1 AS ok),
+        c AS MATERIALIZED (
+            SELECT w.id FROM (
+                SELECT m.*,
+                    row_number() OVER (
+                        PARTITION BY m.grp ORDER BY m.priority, m.available_at, m.id) AS nth,
+                    row_number() OVER (PARTITION BY m.grp, m.ckey
+                                       ORDER BY m.priority, m.available_at, m.id) AS knth
+                FROM ({candidates}) AS m
+            ) AS w
+            WHERE (w.grp IS NULL OR w.nth <= {room}[w.grp])
+              AND (w.ckey IS NULL OR w.knth <= w.kroom)
+            ORDER BY w.priority, w.available_at, w.id LIMIT {limit}),
+        claimed AS (
+            UPDATE {s}.runs AS u
+            SET status = 'running', attempt = u.attempt + 1, locked_by = $1,
+                locked_at = {now}, started_at = {now}, updated_at = {now}
+            WHERE u.id = ANY(ARRAY(SELECT id FROM c)) AND (SELECT ok FROM fresh)
+            RETURNING u.*),
+        rated AS (
+            INSERT INTO {s}.rate_windows AS w (pattern, window_start, used)
+            SELECT ($14::text[])[g.i], {window.format(i="g.i")}, count(*)
+            FROM claimed r CROSS JOIN LATERAL (SELECT {group("r")} AS i) g
+            WHERE ($12::int[])[g.i] < {NO_CAP} GROUP BY g.i
+            ON CONFLICT (pattern) DO UPDATE SET
+                used = CASE WHEN w.window_start = EXCLUDED.window_start
+                            THEN w.used + EXCLUDED.used ELSE EXCLUDED.used END,
+                window_start = EXCLUDED.window_start)
+        SELECT k.*, f.ok AS fresh FROM fresh f LEFT JOIN claimed k ON true"""
+
+    no_dep, ours = branch("''"), branch("$8")
+    # ``$8`` is named in every variant so the parameters keep one numbering.
+    plain = statement(f"SELECT * FROM ({no_dep}) AS a WHERE $8::text IS NOT NULL", "$2")
+    merged = statement(f"SELECT * FROM ({no_dep}) AS a UNION ALL SELECT * FROM ({ours}) AS b", "$2")
+    one = statement(
+        f"SELECT {columns} FROM {s}.runs r CROSS JOIN LATERAL (SELECT {group('r')} AS i) g "
+        f"WHERE r.id = $2 AND r.status = 'queued' AND r.deployment_id IN ('', $8) "
+        f"AND {filters} AND {has_room} FOR UPDATE OF r SKIP LOCKED",
+        "1",
+    )
+    return plain, merged, one

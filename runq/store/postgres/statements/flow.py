@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from runq.store.postgres.statements.claims import EPOCH_ROW, EPOCH_WRAP
 from runq.store.postgres.statements.common import _ACTIVE, _budget_allows, _component_name
 
 
 def _flow_sql(s: str, now: str) -> dict[str, str]:
     return {
-        # One lock per schema serializes the claimers that apply limits: each one counts
-        # the running runs after the previous one committed, so none can over-admit.
-        "limits_lock": "SELECT pg_advisory_xact_lock(hashtext($1))",
+        # The lock that serializes the claimers applying limits: each one counts the running
+        # runs after the previous one committed, so none can over-admit. It is the claim
+        # counter row the one-statement claim bumps, so that claim sees this one's commit
+        # too (an advisory lock would be invisible to it).
+        "limits_lock": f"""
+            INSERT INTO {s}.rate_windows AS w (pattern, window_start, used)
+            VALUES ('{EPOCH_ROW}', 0, 1)
+            ON CONFLICT (pattern) DO UPDATE SET used = w.used % {EPOCH_WRAP} + 1""",
         # The clock rides along (a first row with no component), saving a round trip
         # inside the limits lock.
         "running_by_component": (
