@@ -15,7 +15,6 @@ from runq.store import events as event_rows
 from runq.store import messages, rows
 from runq.store.postgres import statements as pg_sql
 from runq.store.postgres.base import PostgresBase
-from runq.store.statements import sort_column
 
 
 def _counts(statuses: list[str] | None, ns: list[int] | None) -> dict[str, int]:
@@ -117,18 +116,16 @@ class PostgresOperations(PostgresBase):
         where: RunFilter = ALL_RUNS,
         after: RunCursor | None = None,
     ) -> Page:
-        page, limit = max(int(page), 1), max(int(limit), 1)
-        where = rows.listing_filter(where, statuses, user_id)
-        page_sql, page_args = pg_sql.list_page(
-            self.schema,
-            where,
+        listing = rows.Listing.of(
+            rows.listing_filter(where, statuses, user_id),
             after=after,
+            limit=limit,
+            page=page,
             sort_by=sort_by,
             sort_order=sort_order,
-            limit=limit + 1,
-            offset=(page - 1) * limit,
         )
-        count_sql, count_args = pg_sql.count_listed(self.schema, where)
+        page_sql, page_args = listing.page_statement(pg_sql, self.schema)
+        count_sql, count_args = pg_sql.count_listed(self.schema, listing.where)
 
         async def read(pool: asyncpg.Pool) -> tuple[int, list[Any]]:
             async with pool.acquire() as con:
@@ -137,25 +134,13 @@ class PostgresOperations(PostgresBase):
                 return total, found
 
         total, found = await self._db.call(read, retry=True)
-        data, cursor = rows.trimmed_page(
-            [self._run(r) for r in found], limit, keyset=sort_column(sort_by) == "created_at"
-        )
-        return Page(data=data, page=page, limit=limit, total_count=total, next_cursor=cursor)
+        return listing.as_page([self._run(r) for r in found], total)
 
     async def list_runs(self, where: RunFilter, *, after: RunCursor | None, limit: int) -> RunList:
-        limit = max(int(limit), 1)
-        page_sql, args = pg_sql.list_page(
-            self.schema,
-            where,
-            after=after,
-            sort_by="created_at",
-            sort_order="desc",
-            limit=limit + 1,
-            offset=0,
-        )
+        listing = rows.Listing.of(where, after=after, limit=limit)
+        page_sql, args = listing.page_statement(pg_sql, self.schema)
         found = await self._db.fetch(page_sql, *args, retry=True)
-        data, cursor = rows.trimmed_page([self._run(r) for r in found], limit, keyset=True)
-        return RunList(data=data, next_cursor=cursor)
+        return listing.as_run_list([self._run(r) for r in found])
 
     async def reseal_page(self, *, after_id: str, limit: int) -> tuple[str | None, int]:
         async with self._db.transaction() as con:

@@ -14,7 +14,6 @@ from runq.store import messages, rows
 from runq.store.sqlite import statements as sql
 from runq.store.sqlite.base import SqliteBase
 from runq.store.sqlite.connection import Row
-from runq.store.statements import sort_column
 
 #: Sorts after every character (SQLite compares text as UTF-8 bytes, in code point order),
 #: so ``prefix + _LAST_CHARACTER`` bounds every id that starts with ``prefix``.
@@ -145,43 +144,29 @@ class SqliteOperations(SqliteBase):
         where: RunFilter = ALL_RUNS,
         after: RunCursor | None = None,
     ) -> Page:
-        page, limit = max(int(page), 1), max(int(limit), 1)
-        where = rows.listing_filter(where, statuses, user_id)
-        page_sql, page_args = sql.list_page(
-            self.schema,
-            where,
+        listing = rows.Listing.of(
+            rows.listing_filter(where, statuses, user_id),
             after=after,
+            limit=limit,
+            page=page,
             sort_by=sort_by,
             sort_order=sort_order,
-            limit=limit + 1,
-            offset=(page - 1) * limit,
         )
-        count_sql, count_args = sql.count_listed(self.schema, where)
+        page_sql, page_args = listing.page_statement(sql, self.schema)
+        count_sql, count_args = sql.count_listed(self.schema, listing.where)
 
         def body(conn: sqlite3.Connection, now: float) -> tuple[int, list[Row]]:
             total: int = conn.execute(count_sql, count_args).fetchone()[0]
             return total, conn.execute(page_sql, page_args).fetchall()
 
         total, found = await self._read(body)
-        data, cursor = rows.trimmed_page(
-            [self._run(r) for r in found], limit, keyset=sort_column(sort_by) == "created_at"
-        )
-        return Page(data=data, page=page, limit=limit, total_count=total, next_cursor=cursor)
+        return listing.as_page([self._run(r) for r in found], total)
 
     async def list_runs(self, where: RunFilter, *, after: RunCursor | None, limit: int) -> RunList:
-        limit = max(int(limit), 1)
-        page_sql, args = sql.list_page(
-            self.schema,
-            where,
-            after=after,
-            sort_by="created_at",
-            sort_order="desc",
-            limit=limit + 1,
-            offset=0,
-        )
+        listing = rows.Listing.of(where, after=after, limit=limit)
+        page_sql, args = listing.page_statement(sql, self.schema)
         found = await self._read(lambda conn, now: conn.execute(page_sql, args).fetchall())
-        data, cursor = rows.trimmed_page([self._run(r) for r in found], limit, keyset=True)
-        return RunList(data=data, next_cursor=cursor)
+        return listing.as_run_list([self._run(r) for r in found])
 
     async def reseal_page(self, *, after_id: str, limit: int) -> tuple[str | None, int]:
         page = await self._read(
