@@ -53,7 +53,7 @@ from runq.transports.follow import run_events, wait_for_outcome
 from runq.transports.local import LocalHub, hub_for
 from runq.transports.postgres import Notifier, is_listenable
 from runq.worker.dispatch import dispatch_in_caller
-from runq.worker.inflight import Interrupt
+from runq.worker.execution import Interrupt
 from runq.worker.registry import new_worker_id
 from runq.worker.runtime import WorkerRuntime
 

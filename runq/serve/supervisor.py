@@ -48,7 +48,7 @@ from runq.serve.systemd import SystemdNotifier
 from runq.store.base import Store
 from runq.transports.postgres import Listener, is_listenable
 from runq.worker.claimer import Claimer, ClaimerConfig
-from runq.worker.inflight import Interrupt
+from runq.worker.execution import Interrupt
 from runq.worker.registry import WorkerRegistry, WorkerRegistryConfig
 from runq.worker.runtime import WorkerRuntime
 

@@ -5,11 +5,12 @@ outcome types the executor settles it to.
 from __future__ import annotations
 
 import asyncio
+import enum
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import anyio.lowlevel
@@ -20,13 +21,35 @@ from runq.log import get_logger
 from runq.metrics import FENCED_WRITES
 from runq.model import Lease, Run
 from runq.worker.events import EventWriter
-from runq.worker.inflight import Interrupt
 
 if TYPE_CHECKING:
-    from runq.budget import BudgetLeft
-    from runq.worker.executor import Executor
+    from runq.budget import BudgetGate, BudgetLeft
+    from runq.store.base import Store
+    from runq.worker.events import EventBatcher
 
 log = get_logger("runq.worker.executor")  # one logger name for the whole executor
+
+
+class Interrupt(enum.StrEnum):
+    """Why an execution is told to stop before its handler returns."""
+
+    CANCELLED = "cancelled"
+    LEASE_LOST = "lease_lost"
+    SHUTDOWN = "shutdown"
+
+
+class ExecutionHost(Protocol):
+    """What an execution needs of the executor that runs it (``Executor`` is one): the
+    store and worker id for its own writes, the budget, the lease renewal nudge and the
+    event batcher. A protocol, so this module does not import the executor back."""
+
+    store: Store
+    worker_id: str
+    budget: BudgetGate | None
+    renew_soon: Callable[[], None] | None
+
+    def event_batcher(self) -> EventBatcher: ...
+
 
 SHUTDOWN_ERROR = "interrupted by worker shutdown"
 
@@ -83,7 +106,7 @@ class Execution:
     raised meanwhile."""
 
     run: Run
-    executor: Executor
+    executor: ExecutionHost
     interrupted: Interrupt | None = None
     timed_out: bool = False
     shutdown_requested: bool = False

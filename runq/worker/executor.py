@@ -44,6 +44,7 @@ from runq.worker.events import EventBatcher
 from runq.worker.execution import (
     Execution,
     ExecutorConfig,
+    Interrupt,
     Outcome,
     _Answer,
     _Deadline,
@@ -54,7 +55,7 @@ from runq.worker.execution import (
     _TimedOut,
     error_text,
 )
-from runq.worker.inflight import InFlight, Interrupt
+from runq.worker.inflight import InFlight
 from runq.worker.settle import Settler
 
 if TYPE_CHECKING:

@@ -21,7 +21,8 @@ from runq.config import Config
 from runq.log import get_logger
 from runq.metrics import STORE_ERRORS
 from runq.store.base import Store
-from runq.worker.inflight import InFlight, Interrupt
+from runq.worker.execution import Interrupt
+from runq.worker.inflight import InFlight
 
 log = get_logger(__name__)
 

@@ -7,21 +7,10 @@ it is empty.
 
 from __future__ import annotations
 
-import enum
-from typing import TYPE_CHECKING
-
 import anyio
 
 from runq.model import Lease
-
-if TYPE_CHECKING:
-    from runq.worker.executor import Execution
-
-
-class Interrupt(enum.StrEnum):
-    CANCELLED = "cancelled"
-    LEASE_LOST = "lease_lost"
-    SHUTDOWN = "shutdown"
+from runq.worker.execution import Execution, Interrupt
 
 
 class InFlight:

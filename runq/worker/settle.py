@@ -36,6 +36,7 @@ from runq.worker.execution import (
     SHUTDOWN_ERROR,
     Execution,
     ExecutorConfig,
+    Interrupt,
     Outcome,
     _Answer,
     _format_exception,
@@ -44,7 +45,7 @@ from runq.worker.execution import (
     _TimedOut,
     error_text,
 )
-from runq.worker.inflight import InFlight, Interrupt
+from runq.worker.inflight import InFlight
 
 if TYPE_CHECKING:
     from runq.budget import BudgetGate
