@@ -17,9 +17,10 @@ from litestar import Router, post
 from msgspec import Meta, Struct
 
 from runq.api.guards import Services, authenticate, require_admin, require_worker
+from runq.api.listing import run_filter
 from runq.api.problems import error_responses
 from runq.api.schemas import is_plausible_id
-from runq.errors import Conflict, InvalidTransition, NotFound, RunqError
+from runq.errors import BadRequest, Conflict, InvalidTransition, NotFound, RunqError
 from runq.model import Status
 
 #: Most ids one bulk request may name: bounds the statements one request can cause.
@@ -36,18 +37,38 @@ Outcome = Literal[
 ]
 
 BulkIds = Annotated[list[str], Meta(min_length=1, max_length=MAX_BULK_IDS)]
+ShortText = Annotated[str, Meta(max_length=400)]
+
+
+class BulkFilter(Struct, kw_only=True, forbid_unknown_fields=True):
+    """The jobs a bulk action takes when no ids are named: the filters of ``GET /queue/jobs``
+    (each narrows; none given matches every job). The newest ``MAX_BULK_IDS`` matches are
+    acted on; ``matched`` in the answer says whether more matched than that."""
+
+    status: list[Status] | None = None
+    component: ShortText | None = None
+    session_id: ShortText | None = None
+    user_id: ShortText | None = None
+    deployment_id: ShortText | None = None
+    created_after: ShortText | None = None
+    created_before: ShortText | None = None
 
 
 class BulkRequeueRequest(Struct, kw_only=True, forbid_unknown_fields=True):
-    """The jobs to requeue and the two overrides of the single-job requeue."""
+    """The jobs to requeue (``ids`` or ``filter``, exactly one) and the two overrides of
+    the single-job requeue."""
 
-    ids: BulkIds
+    ids: BulkIds | None = None
+    filter: BulkFilter | None = None
     force: bool = False
     clear_cancellation: bool = False
 
 
 class BulkCancelRequest(Struct, kw_only=True, forbid_unknown_fields=True):
-    ids: BulkIds
+    """The jobs to cancel: ``ids`` or ``filter``, exactly one."""
+
+    ids: BulkIds | None = None
+    filter: BulkFilter | None = None
 
 
 class BulkOutcome(Struct, kw_only=True):
@@ -64,6 +85,33 @@ class BulkResult(Struct, kw_only=True):
     #: How many ids got the action (requeued, or cancelled / cancel recorded).
     succeeded: int
     failed: int
+    #: With a ``filter``: how many jobs matched it (more than acted on when over the cap).
+    matched: int | None = None
+
+
+async def targets(
+    services: Services, ids: list[str] | None, where: BulkFilter | None
+) -> tuple[list[str], int | None]:
+    """The ids a bulk request names, or the newest ``MAX_BULK_IDS`` jobs its filter matches
+    (one indexed page of the listing) and how many matched. Exactly one must be given."""
+    if (ids is None) == (where is None):
+        raise BadRequest("give either ids (a list of job ids) or filter (the /queue/jobs filters)")
+    if ids is not None:
+        return ids, None
+    assert where is not None
+    found = await services.queue.list_jobs(
+        where=run_filter(
+            status=where.status,
+            component=where.component,
+            session_id=where.session_id,
+            user_id=where.user_id,
+            deployment_id=where.deployment_id,
+            created_after=where.created_after,
+            created_before=where.created_before,
+        ),
+        limit=MAX_BULK_IDS,
+    )
+    return [run.id for run in found.data], found.total_count
 
 
 def _refusal(run_id: str, error: RunqError) -> BulkOutcome:
@@ -130,16 +178,21 @@ def _tally(results: list[BulkOutcome], good: set[str]) -> BulkResult:
     status_code=200,
     summary="Requeue many failed or cancelled jobs",
     description=(
-        f"Up to {MAX_BULK_IDS} ids; each is requeued as by `POST /queue/jobs/{{id}}/requeue` "
-        "and answered with its own outcome (`requeued`, `not_found`, `conflict`, "
-        "`invalid_transition`), in the order given. Repeated ids are acted on once."
+        f"Up to {MAX_BULK_IDS} ids, or a `filter` (the filters of `GET /queue/jobs`: the "
+        f"newest {MAX_BULK_IDS} matches, `matched` says how many matched); each is requeued "
+        "as by `POST /queue/jobs/{id}/requeue` and answered with its own outcome "
+        "(`requeued`, `not_found`, `conflict`, `invalid_transition`), in the order given. "
+        "Repeated ids are acted on once."
     ),
     responses=error_responses(400, 401, 403, 413, 503),
 )
 async def bulk_requeue(data: BulkRequeueRequest, services: Services) -> BulkResult:
-    return await requeue_each(
-        services, data.ids, force=data.force, clear_cancellation=data.clear_cancellation
+    ids, matched = await targets(services, data.ids, data.filter)
+    result = await requeue_each(
+        services, ids, force=data.force, clear_cancellation=data.clear_cancellation
     )
+    result.matched = matched
+    return result
 
 
 @post(
@@ -147,14 +200,18 @@ async def bulk_requeue(data: BulkRequeueRequest, services: Services) -> BulkResu
     status_code=200,
     summary="Cancel many jobs",
     description=(
-        f"Up to {MAX_BULK_IDS} ids; each is cancelled as by `POST /runs/{{id}}/cancel` and "
+        f"Up to {MAX_BULK_IDS} ids, or a `filter` as for requeue; each is cancelled as by "
+        "`POST /runs/{id}/cancel` and "
         "answered with its own outcome (`cancelled`, `cancel_requested` for a running job, "
         "`not_found`, `conflict` for a completed or failed one), in the order given."
     ),
     responses=error_responses(400, 401, 403, 413, 503),
 )
 async def bulk_cancel(data: BulkCancelRequest, services: Services) -> BulkResult:
-    return await cancel_each(services, data.ids)
+    ids, matched = await targets(services, data.ids, data.filter)
+    result = await cancel_each(services, ids)
+    result.matched = matched
+    return result
 
 
 def bulk_router(*, secured: bool) -> Router:

@@ -213,6 +213,44 @@ async def test_bulk_verbs_answer_per_id(serve_factory: ServeFactory, runq_engine
     assert unauthenticated.status_code == 401
 
 
+async def test_bulk_verbs_take_a_filter_instead_of_ids(
+    serve_factory: ServeFactory, runq_engine: str
+) -> None:
+    """The dead letters of one cause, by filter: the matching jobs only, each answered."""
+    server = await start_console(serve_factory)
+    dead = [await submit(server, "task/fail_first", session_id="outage") for _ in range(3)]
+    other = await submit(server, "task/fail_first", session_id="elsewhere")
+    for run_id in [*dead, other]:
+        await wait_status(server, run_id, "failed")
+    waiting = [await submit(server, "task/echo", delay_seconds=FAR_FUTURE) for _ in range(2)]
+
+    body = {"filter": {"status": ["failed"], "session_id": "outage"}, "force": True}
+    response = await server.request("POST", "/queue/jobs/requeue", json=body, headers=bearer())
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert sorted(r["id"] for r in result["results"]) == sorted(dead)
+    assert (result["succeeded"], result["failed"], result["matched"]) == (3, 0, 3)
+    for run_id in dead:
+        await wait_status(server, run_id, "completed")
+    await wait_status(server, other, "failed")  # outside the filter: untouched
+
+    cancel = {"filter": {"status": ["queued"], "component": "task/echo"}}
+    response = await server.request("POST", "/queue/jobs/cancel", json=cancel, headers=bearer())
+    assert response.status_code == 200, response.text
+    assert sorted(r["id"] for r in response.json()["results"]) == sorted(waiting)
+
+    for bad in (
+        {},  # neither
+        {"ids": [other], "filter": {}},  # both
+        {"filter": {"status": ["sleeping"]}},
+        {"filter": {"component": "no-slash"}},
+        {"filter": {"created_after": "yesterday"}},
+        {"filter": {"colour": "red"}},
+    ):
+        refused = await server.request("POST", "/queue/jobs/cancel", json=bad, headers=bearer())
+        assert refused.status_code == 400, (bad, refused.text)
+
+
 async def test_bulk_verbs_need_the_admin_scope(
     serve_factory: ServeFactory, runq_engine: str
 ) -> None:
