@@ -16,7 +16,6 @@ from runq.store.postgres import statements as pg_sql
 from runq.store.postgres.connection import Pool
 from runq.store.statements import check_schema
 
-#: How many rows one submit_many statement carries; larger batches just take more statements.
 #: The claim path's own connections (opened on the first claim): one claimer per replica,
 #: plus one for a ``sync`` claim of a single run beside it.
 CLAIM_CONNECTIONS = 2

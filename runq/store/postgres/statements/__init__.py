@@ -31,7 +31,6 @@ from runq.store.postgres.statements.operations import (
 from runq.store.postgres.statements.runs import (
     SUBMIT_COPY_COLUMNS,
     _batch_sql,
-    _submit_many_sql,
     _submit_sql,
 )
 from runq.store.postgres.statements.schedules import ScheduleStatements, build_schedules
@@ -57,7 +56,6 @@ class Statements:
     error_detail: str
     count_runs: str
     submit: str
-    submit_many: str
     batch_keys: str
     batch_count_due: str
     batch_count_delayed: str
@@ -168,7 +166,6 @@ def build(schema: str, offset: float) -> Statements:
         count_runs=f"SELECT count(*) FROM {s}.runs",
         release=_release_sql(s, now),
         submit=_submit_sql(s, now),
-        submit_many=_submit_many_sql(s, now),
         **_batch_sql(s, now),
         claim=claim,
         claim_affinity=claim_affinity,

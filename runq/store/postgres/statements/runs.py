@@ -69,19 +69,6 @@ def _submit_sql(s: str, now: str) -> str:
         FROM (SELECT 1) AS one LEFT JOIN ins ON true"""
 
 
-def _submit_many_sql(s: str, now: str) -> str:
-    return f"""
-        INSERT INTO {s}.runs ({_INSERT_COLUMNS})
-        SELECT v.id, v.ct, v.ci, 'queued', 0, v.ma, v.pr, v.sid, v.uid, v.actor, v.conf,
-               v.dep, v.key, v.origin, {now}, {now}, {now} + v.delay, v.hr, v.payload, v.ck,
-               NULL::float8
-        FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::text[],
-                    $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
-                    $12::text[], $13::float8[], $14::bool[], $15::bytea[], $16::text[])
-            AS v(id, ct, ci, ma, pr, sid, uid, actor, conf, dep, key, origin, delay, hr, payload,
-                 ck)"""
-
-
 def _batch_sql(s: str, now: str) -> dict[str, str]:
     """What ``submit_batch`` asks inside its transaction before its COPY: stored
     idempotency keys of the batch, bounded depth counts (as ``_submit_sql``'s gate) and the
