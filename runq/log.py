@@ -32,8 +32,23 @@ class EventLogger:
         self._logger = logger
 
     def _log(self, level: int, event: str, exc: bool, fields: dict[str, Any]) -> None:
-        if self._logger.isEnabledFor(level):
-            self._logger.log(level, event, exc_info=exc, extra={_FIELDS: fields}, stacklevel=3)
+        logger = self._logger
+        if not logger.isEnabledFor(level):
+            return
+        # The record is made here rather than by ``Logger.log``, which walks the stack for
+        # the caller's file and line on every call: no formatter of runq prints them, and
+        # at one line per run that walk was most of the logging's cost.
+        record = logger.makeRecord(
+            logger.name,
+            level,
+            "",
+            0,
+            event,
+            (),
+            sys.exc_info() if exc else None,
+            extra={_FIELDS: fields},
+        )
+        logger.handle(record)
 
     def debug(self, event: str, **fields: Any) -> None:
         self._log(logging.DEBUG, event, False, fields)
@@ -61,9 +76,16 @@ def _fields_of(record: logging.LogRecord) -> dict[str, Any]:
     return dict(fields) if isinstance(fields, dict) else {}
 
 
+_second: tuple[int, str] = (-1, "")
+
+
 def _timestamp(record: logging.LogRecord) -> str:
-    base = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-    return f"{base}.{int(record.msecs):03d}Z"
+    """ISO 8601 UTC to the millisecond; the formatted second is reused while it lasts."""
+    global _second
+    whole = int(record.created)
+    if _second[0] != whole:
+        _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
+    return f"{_second[1]}.{int(record.msecs):03d}Z"
 
 
 class JsonFormatter(logging.Formatter):
