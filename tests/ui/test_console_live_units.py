@@ -158,7 +158,7 @@ async def test_a_hint_wakes_every_waiting_stream() -> None:
         async with anyio.create_task_group() as tg:
             for i in range(3):
                 tg.start_soon(waiter, i)
-            await anyio.sleep(0.05)
+            await anyio.wait_all_tasks_blocked()  # every waiter is inside hint.wait
             hint.fire("some-run")
     assert sorted(woke) == [0, 1, 2]
 
