@@ -520,8 +520,12 @@ class Listing(NamedTuple):
         )
 
     def trimmed(self, runs: list[Run]) -> tuple[list[Run], str | None]:
+        """Rows read with ``limit + 1`` → the page and, when a row follows it and the order
+        is (created_at, id), the cursor of the next page."""
+        page = runs[: self.limit]
+        more = len(runs) > self.limit and bool(page)
         keyset = sort_column(self.sort_by) == "created_at"
-        return trimmed_page(runs, self.limit, keyset=keyset)
+        return page, RunCursor.of(page[-1]).encode() if more and keyset else None
 
     def as_page(self, runs: list[Run], total: int) -> Page:
         data, cursor = self.trimmed(runs)
@@ -532,11 +536,3 @@ class Listing(NamedTuple):
     def as_run_list(self, runs: list[Run]) -> RunList:
         data, cursor = self.trimmed(runs)
         return RunList(data=data, next_cursor=cursor)
-
-
-def trimmed_page(runs: list[Run], limit: int, *, keyset: bool) -> tuple[list[Run], str | None]:
-    """A page read with ``limit + 1`` rows → the page and, when a row follows it and the
-    order is (created_at, id), the cursor of the next page."""
-    page = runs[:limit]
-    more = len(runs) > limit
-    return page, RunCursor.of(page[-1]).encode() if more and keyset and page else None
