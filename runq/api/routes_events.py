@@ -50,13 +50,18 @@ async def _visible_run(services: ApiServices, identity: Identity, run_id: str) -
     return run
 
 
+def event_seq(text: str, name: str) -> int:
+    """An event's seq as a client sent it (``Last-Event-ID``, ``after``); 400 otherwise."""
+    text = text.strip()
+    if not text.isdigit() or len(text) > 18:
+        raise BadRequest(f"{name} must be the seq of an event (a whole number)")
+    return int(text)
+
+
 def _resume_point(after: int | None, last_event_id: str | None) -> int:
     """``Last-Event-ID`` wins over ``?after`` (a reconnecting EventSource sends it)."""
     if last_event_id is not None and last_event_id.strip():
-        text = last_event_id.strip()
-        if not text.isdigit() or len(text) > 18:
-            raise BadRequest("Last-Event-ID must be the seq of an event (a whole number)")
-        return int(text)
+        return event_seq(last_event_id, "Last-Event-ID")
     return after or 0
 
 

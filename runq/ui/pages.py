@@ -22,7 +22,7 @@ from runq.api import ApiServices
 from runq.api.auth import Forbidden, Identity
 from runq.api.guards import services_of
 from runq.api.routes_bulk import MAX_BULK_IDS, cancel_each, requeue_each
-from runq.api.routes_events import for_viewer
+from runq.api.routes_events import event_seq, for_viewer
 from runq.api.schemas import is_plausible_id
 from runq.errors import BadRequest, NotFound, RunqError
 from runq.model import FINAL_EVENT_KINDS, FINAL_STATUSES, Run, RunEvent, Status
@@ -250,12 +250,8 @@ async def run_page(request: AnyRequest, run_id: str) -> HTML:
 
 def _resume_after(request: AnyRequest) -> int:
     """``Last-Event-ID`` (a reconnecting browser) wins over ``?after``."""
-    text = (
-        request.headers.get("last-event-id") or request.query_params.get("after") or "0"
-    ).strip()
-    if not text.isdigit() or len(text) > 18:
-        raise BadRequest("after must be the seq of an event (a whole number)")
-    return int(text)
+    text = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+    return event_seq(text, "after")
 
 
 @get("/runs/{run_id:str}/events", guards=[ui_authenticate])
