@@ -252,10 +252,12 @@ async def test_a_loaded_daemon_rides_out_postgres_restarts_and_an_outage(
         # LISTEN resumed: a run submitted from this process (NOTIFY) runs at once.
         # One outage logs once each way; restarts close together may count as one outage,
         # so what must hold is that the last word of the listener is that it came back.
-        logs = server.logs()
-        assert logs.rfind('"listener.reconnected"') > logs.rfind('"listener.disconnected"') >= 0, (
-            "the listener never came back"
-        )
+        # The listener backs off with jitter, so its reconnect may still be due: wait for it.
+        def listener_back() -> bool:
+            logs = server.logs()
+            return logs.rfind('"listener.reconnected"') > logs.rfind('"listener.disconnected"') >= 0
+
+        await wait_for(listener_back, timeout=30, message="the listener came back")
         sent = time.monotonic()
         probe_run = (await q.defer("task", "echo", "after the outage")).run
         done = await wait_for(
