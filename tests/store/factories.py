@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import asyncpg
+import pytest
+from conftest import drop_schema, open_test_store, require_postgres
 from helpers import ordered_run_id
 
 from runq.model import (
@@ -32,7 +34,7 @@ from runq.model import (
     Status,
     TerminationReason,
 )
-from runq.seal import Sealer
+from runq.seal import KeyRing, Sealer
 from runq.store import make_store
 from runq.store.base import Store
 
@@ -440,3 +442,40 @@ async def purge(
         if deleted < batch_size:
             break
     return report
+
+
+# -----------------------------------------------------------------------------------------
+# fixtures (a test module lists the ones it uses in ``__all__`` after importing them)
+# -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def engine_ready(engine: str) -> str:
+    """``engine``, with the Postgres probe done outside any event loop (conftest's probe
+    uses ``asyncio.run``, which cannot run inside an async fixture)."""
+    if engine == "postgres":
+        require_postgres()
+    return engine
+
+
+@pytest.fixture
+async def handle(
+    engine_ready: str, tmp_path: Path, key_ring: KeyRing
+) -> AsyncIterator[StoreHandle]:
+    """A migrated store on ``engine`` with what tests need to look under it."""
+    engine = engine_ready
+    store, url, schema = await open_test_store(engine, tmp_path, key_ring)
+    h = StoreHandle(
+        store=store,
+        engine=engine,
+        url=url,
+        schema=schema,
+        path=tmp_path / "runq.db" if engine == "sqlite" else None,
+    )
+    try:
+        yield h
+    finally:
+        await h.close_extra()
+        await store.close()
+        if engine == "postgres":
+            await drop_schema(schema)

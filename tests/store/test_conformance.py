@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +22,13 @@ from conftest import (
     TEST_KEY,
     drop_schema,
     new_schema_name,
-    open_test_store,
     require_postgres,
 )
 from factories import (
     StoreHandle,
     claim_one,
+    engine_ready,
+    handle,
     make_run,
     new_run,
     purge,
@@ -74,41 +74,12 @@ from runq.store.base import Store
 #: keeps the engine parametrisation of each item.
 pytestmark = pytest.mark.anyio
 
+__all__ = ["engine_ready", "handle"]  # fixtures used by name
+
 GRACE = 60.0
 DAY = 86400.0
 #: Slack for comparing database timestamps taken a few statements apart.
 CLOCK_SLACK = 2.0
-
-
-@pytest.fixture
-def engine_ready(engine: str) -> str:
-    """``engine``, with the Postgres probe done outside any event loop (conftest's probe
-    uses ``asyncio.run``, which cannot run inside an async fixture)."""
-    if engine == "postgres":
-        require_postgres()
-    return engine
-
-
-@pytest.fixture
-async def handle(
-    engine_ready: str, tmp_path: Path, key_ring: KeyRing
-) -> AsyncIterator[StoreHandle]:
-    engine = engine_ready
-    store, url, schema = await open_test_store(engine, tmp_path, key_ring)
-    h = StoreHandle(
-        store=store,
-        engine=engine,
-        url=url,
-        schema=schema,
-        path=tmp_path / "runq.db" if engine == "sqlite" else None,
-    )
-    try:
-        yield h
-    finally:
-        await h.close_extra()
-        await store.close()
-        if engine == "postgres":
-            await drop_schema(schema)
 
 
 @pytest.fixture

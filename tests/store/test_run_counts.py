@@ -5,41 +5,27 @@ in it must start from the right counts."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
-from conftest import drop_schema, open_test_store, require_postgres
-from factories import StoreHandle, claim_one, make_run, new_run, purge, stale_lease, submit
+from factories import (
+    StoreHandle,
+    claim_one,
+    engine_ready,
+    handle,
+    make_run,
+    new_run,
+    purge,
+    stale_lease,
+    submit,
+)
 
 from runq.model import Completion, Status
-from runq.seal import KeyRing
 
 pytestmark = pytest.mark.anyio
 
+__all__ = ["engine_ready", "handle"]  # fixtures used by name
+
 DAY = 86400.0
 GRACE = 60.0
-
-
-@pytest.fixture
-async def handle(engine: str, tmp_path: Path, key_ring: KeyRing) -> AsyncIterator[StoreHandle]:
-    if engine == "postgres":
-        require_postgres()
-    store, url, schema = await open_test_store(engine, tmp_path, key_ring)
-    h = StoreHandle(
-        store=store,
-        engine=engine,
-        url=url,
-        schema=schema,
-        path=tmp_path / "runq.db" if engine == "sqlite" else None,
-    )
-    try:
-        yield h
-    finally:
-        await h.close_extra()
-        await store.close()
-        if engine == "postgres":
-            await drop_schema(schema)
 
 
 async def direct_counts(h: StoreHandle) -> dict[str, int]:

@@ -6,6 +6,7 @@ from runq.flow import NO_CAP
 from runq.store.postgres.statements.common import (
     _ACTIVE,
     _budget_allows,
+    _claimed_events,
     _component_name,
     _still_running,
 )
@@ -34,19 +35,24 @@ def _claim_filters(s: str, now: str, first: int) -> str:
 
 
 def _claim_update(s: str, now: str, candidates: str) -> str:
-    """Take the lease on the locked candidate ids (CTE ``c``); ``$1`` is the worker id.
+    """Take the lease on the locked candidate ids (CTE ``c``) and log each ``claimed``
+    event; ``$1`` is the worker id.
 
     ``id = ANY(ARRAY(...))`` rather than a join: a prepared statement may run a generic
     plan, which cannot see ``LIMIT $2`` and guesses thousands of candidates; a join would
     then hash the whole table, while ``= ANY`` always probes the primary key.
     """
     return f"""
-        WITH c AS MATERIALIZED ({candidates})
-        UPDATE {s}.runs AS u
-        SET status = 'running', attempt = u.attempt + 1, locked_by = $1,
-            locked_at = {now}, started_at = {now}, updated_at = {now}
-        WHERE u.id = ANY(ARRAY(SELECT id FROM c))
-        RETURNING u.*"""
+        WITH c AS MATERIALIZED ({candidates}),
+        claimed AS (
+            UPDATE {s}.runs AS u
+            SET status = 'running', attempt = u.attempt + 1, locked_by = $1,
+                locked_at = {now}, started_at = {now}, updated_at = {now},
+                event_seq = u.event_seq + 1
+            WHERE u.id = ANY(ARRAY(SELECT id FROM c))
+            RETURNING u.*),
+        logged AS ({_claimed_events(s, "claimed")})
+        SELECT * FROM claimed"""
 
 
 def _claim_sql(s: str, now: str) -> tuple[str, str, str]:
@@ -258,9 +264,11 @@ def _admit_sql(s: str, now: str) -> tuple[str, str, str]:
         claimed AS (
             UPDATE {s}.runs AS u
             SET status = 'running', attempt = u.attempt + 1, locked_by = $1,
-                locked_at = {now}, started_at = {now}, updated_at = {now}
+                locked_at = {now}, started_at = {now}, updated_at = {now},
+                event_seq = u.event_seq + 1
             WHERE u.id = ANY(ARRAY(SELECT id FROM c)) AND (SELECT ok FROM fresh)
             RETURNING u.*),
+        logged AS ({_claimed_events(s, "claimed")}),
         rated AS (
             INSERT INTO {s}.rate_windows AS w (pattern, window_start, used)
             SELECT ($14::text[])[g.i], {window.format(i="g.i")}, count(*)

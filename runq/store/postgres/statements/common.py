@@ -54,3 +54,30 @@ def _budget_allows(first: int) -> str:
         AND NOT EXISTS (
             SELECT 1 FROM unnest({pu}::text[], {pc}::text[]) AS b(u, c)
             WHERE b.u = coalesce(r.user_id, '') AND b.c = coalesce(r.configuration, '')))"""
+
+
+def _claimed_events(s: str, claimed: str) -> str:
+    """The ``claimed`` events of the runs the CTE ``claimed`` took, one INSERT for the batch.
+
+    A claim moves ``event_seq`` itself, which keeps the transition trigger (migration 0014)
+    out of it: one set-based insert here instead of a trigger call per run."""
+    return f"""INSERT INTO {s}.run_events (run_id, seq, attempt, at, kind, info)
+            SELECT id, event_seq, attempt, updated_at, 'claimed',
+                   jsonb_build_object('attempt', attempt, 'worker', locked_by)
+            FROM {claimed}"""
+
+
+def _completed_events(s: str, done: str) -> str:
+    """The ``completed`` events of the runs the CTE ``done`` (a completion returning id,
+    event_seq, attempt, updated_at, termination_reason and error) completed."""
+    return f"""INSERT INTO {s}.run_events (run_id, seq, attempt, at, kind, info)
+            SELECT id, event_seq, attempt, updated_at, 'completed',
+                   jsonb_build_object('termination_reason', termination_reason, 'error', error)
+            FROM {done}"""
+
+
+def _completed_ids(s: str, done: str) -> str:
+    """The ids a completion applied to, each announced on the installation's channel as
+    the transition trigger announced a final event (followers on any replica wake)."""
+    return f"""SELECT d.id, pg_notify('runq_{s}', 'event:' || d.id || ':' || d.event_seq)
+            FROM {done} d"""

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from runq.store.postgres.statements.common import _still_running
-from runq.store.postgres.statements.operations import complete_update
+from runq.store.postgres.statements.operations import completion
 from runq.store.statements import fenced
 
 
 def _events_sql(s: str, now: str) -> dict[str, str]:
-    """The event log. Lifecycle events are written by the triggers of migration 0004; a
+    """The event log. Claims and completions log their own lifecycle events, the
+    transition trigger the other transitions, and ``submitted`` is the run row itself; a
     handler's batch reserves its numbers by moving ``runs.event_seq`` under the fence (the
     row lock orders it with every other writer of the run), then inserts the sealed rows in
     the same transaction."""
@@ -49,8 +50,10 @@ def _events_sql(s: str, now: str) -> dict[str, str]:
         # applies only to runs the fenced completion applied to. Sibling CTEs see the
         # table as it was before the statement, so the trims never touch the rows inserted
         # here (those are written as the level keeps them).
-        "events_complete_many": f"""
-            WITH done AS ({complete_update(s, now)}),
+        "events_complete_many": completion(
+            s,
+            now,
+            also=f""",
             ins AS (
                 INSERT INTO {s}.run_events (run_id, seq, attempt, at, kind, data)
                 SELECT e.run_id, e.seq, e.attempt, {now}, e.kind, e.data
@@ -68,16 +71,19 @@ def _events_sql(s: str, now: str) -> dict[str, str]:
                 FROM unnest($12::text[], $13::bigint[], $14::bytea[]) AS x(run_id, seq, data)
                 WHERE e.run_id = x.run_id AND e.seq = x.seq
                   AND x.run_id IN (SELECT id FROM done)
-            )
-            SELECT id FROM done""",
+            )""",
+        ),
         # The same in one statement when every carried event's number is known: $6 the
         # event_seq each run must still have (what this replica last saw: its claim or its
         # last append), $7 how many events it carries; $8-$12 the events; $13 runs whose
         # stored data is cleared (metadata). A run whose event_seq moved meanwhile (a cancel
         # request's event) is left alone, not completed: the caller writes it again with
-        # events_complete_many. Needs migration 0012 (``completed`` after NEW.event_seq).
-        "events_complete_one": f"""
-            WITH done AS ({complete_update(s, now, numbered=True)}),
+        # events_complete_many. The ``completed`` event is numbered after the carried ones.
+        "events_complete_one": completion(
+            s,
+            now,
+            numbered=True,
+            also=f""",
             ins AS (
                 INSERT INTO {s}.run_events (run_id, seq, attempt, at, kind, data)
                 SELECT e.run_id, e.seq, e.attempt, {now}, e.kind, e.data
@@ -89,9 +95,9 @@ def _events_sql(s: str, now: str) -> dict[str, str]:
                 UPDATE {s}.run_events SET data = NULL
                 WHERE run_id = ANY($13::text[]) AND run_id IN (SELECT id FROM done)
                   AND data IS NOT NULL
-            )
-            SELECT id FROM done""",
-        # Level none, after the completion (its trigger's `completed` row included).
+            )""",
+        ),
+        # Level none, after the completion (its `completed` row included).
         "events_wipe_many": f"""
             UPDATE {s}.run_events SET data = NULL, info = NULL
             WHERE run_id = ANY($1::text[]) AND (data IS NOT NULL OR info IS NOT NULL)""",
@@ -110,9 +116,19 @@ def _events_sql(s: str, now: str) -> dict[str, str]:
             UPDATE {s}.run_events AS e SET data = x.data
             FROM unnest($1::text[], $2::bigint[], $3::bytea[]) AS x(run_id, seq, data)
             WHERE e.run_id = x.run_id AND e.seq = x.seq""",
+        # ``submitted`` is not stored (migration 0014): it is the run row, seq 1. A seq-1
+        # row stored by an earlier version (a ``submitted`` one, or a run older than the
+        # event log, whose first event took 1) is listed instead.
         "events_list": f"""
-            SELECT seq, attempt, at, kind, info::text AS info, data FROM {s}.run_events
-            WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3""",
+            (SELECT 1::bigint AS seq, 0 AS attempt, r.created_at AS at,
+                    'submitted' AS kind, NULL::text AS info, NULL::bytea AS data
+             FROM {s}.runs r
+             WHERE r.id = $1 AND $2 < 1
+               AND NOT EXISTS (SELECT 1 FROM {s}.run_events o WHERE o.run_id = $1 AND o.seq = 1))
+            UNION ALL
+            (SELECT seq, attempt, at, kind, info::text AS info, data FROM {s}.run_events
+             WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3)
+            ORDER BY seq LIMIT $3""",
         # $2: drop lifecycle details too (level none).
         "events_trim": f"""
             UPDATE {s}.run_events SET data = NULL, info = CASE WHEN $2::bool THEN NULL ELSE info END

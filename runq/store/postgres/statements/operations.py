@@ -5,7 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from runq.listing import RunCursor, RunFilter
-from runq.store.postgres.statements.common import _FINAL, _fenced, _still_running
+from runq.store.postgres.statements.common import (
+    _FINAL,
+    _completed_events,
+    _completed_ids,
+    _fenced,
+    _still_running,
+)
 from runq.store.statements import (
     Params,
     listing_clauses,
@@ -87,25 +93,35 @@ def _reap_sql(s: str, now: str) -> str:
 
 def complete_update(s: str, now: str, *, numbered: bool = False) -> str:
     """The fenced completion of a batch: $1 worker, $2.. ids, attempts, sealed answers,
-    termination reasons; returns the ids it applied to. The event log's completions
-    (``events_complete_*``) wrap this very statement. ``numbered``: $6 each run's expected
+    termination reasons. Meant as the CTE ``done`` of ``completion``, which logs the
+    ``completed`` events; it returns what they need. ``numbered``: $6 each run's expected
     ``event_seq`` and $7 how many events it carries; a run carrying events completes only at
-    that ``event_seq`` and moves it past them (the trigger numbers ``completed`` after)."""
-    seq_set, seq_columns, seq_types, seq_check = "", "", "", ""
+    that ``event_seq`` and moves it past them and its ``completed`` event. Moving
+    ``event_seq`` keeps the transition trigger out (migration 0014)."""
+    seq_set, seq_columns, seq_types, seq_check = "event_seq = r.event_seq + 1", "", "", ""
     if numbered:
-        seq_set = ", event_seq = r.event_seq + v.n"
+        seq_set = "event_seq = r.event_seq + v.n + 1"
         seq_columns, seq_types = ", expected, n", ", $6::bigint[], $7::bigint[]"
         seq_check = " AND (v.n = 0 OR r.event_seq = v.expected)"
     return f"""
             UPDATE {s}.runs AS r SET
                 status = {target_of("complete")}, answer = v.answer, termination_reason = v.reason,
                 completed_at = {now}, updated_at = {now}, locked_by = NULL, locked_at = NULL,
-                resume_state = NULL, decision = NULL, non_idempotent = false{seq_set}
+                resume_state = NULL, decision = NULL, non_idempotent = false, {seq_set}
             FROM unnest($2::text[], $3::int[], $4::bytea[], $5::text[]{seq_types})
                 AS v(id, attempt, answer, reason{seq_columns})
             WHERE r.id = v.id AND r.attempt = v.attempt AND r.locked_by = $1
               AND {_still_running("r")}{seq_check}
-            RETURNING r.id"""
+            RETURNING r.id, r.event_seq, r.attempt, r.updated_at, r.termination_reason, r.error"""
+
+
+def completion(s: str, now: str, *, numbered: bool = False, also: str = "") -> str:
+    """A whole completion statement: ``complete_update`` as ``done``, its ``completed``
+    events, the CTEs in ``also`` (each ``, name AS (...)``), and the ids it applied to."""
+    return f"""
+            WITH done AS ({complete_update(s, now, numbered=numbered)}),
+            logged AS ({_completed_events(s, "done")}){also}
+            {_completed_ids(s, "done")}"""
 
 
 def _worker_sql(s: str, now: str) -> dict[str, str]:
@@ -121,7 +137,7 @@ def _worker_sql(s: str, now: str) -> dict[str, str]:
             WHERE r.id = v.id AND r.attempt = v.attempt AND r.locked_by = $1
               AND {_still_running("r")}
             RETURNING r.id, r.attempt, r.cancel_requested""",
-        "complete": complete_update(s, now),
+        "complete": completion(s, now),
         # $4 retryable, $5 retry delay, $6 error, $7 sealed error detail. SET sees the old
         # row, so every CASE judges the run as it was before this failure.
         "fail": f"""
