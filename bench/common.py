@@ -179,7 +179,9 @@ class PySpy:
     count as work. Time in system calls is measured instead as the worker's system CPU
     (``os.times``)."""
 
-    def __init__(self, out: str | None, pid: int, *, rate: int = 250) -> None:
+    def __init__(self, out: str | None, pid: int, *, rate: int | None = None) -> None:
+        # RUNQ_BENCH_PYSPY_RATE: more samples for a longer look (--rate of py-spy).
+        rate = rate or int(os.environ.get("RUNQ_BENCH_PYSPY_RATE", "250"))
         self.proc: subprocess.Popen[Any] | None = None
         if not out:
             return

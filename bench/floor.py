@@ -35,6 +35,9 @@ from runq.store.postgres import PostgresStore
 from runq.store.postgres.statements import build as _build_sql
 
 SCHEMA = "runq"
+#: The session settings of runq's own pools (runq/store/postgres/connection.py): without
+#: force_generic_plan the claim is planned again on every call and the floor reads low.
+RUNQ_SESSION = {"jit": "off", "plan_cache_mode": "force_generic_plan"}
 
 
 def fused_sql(sql: Any) -> str:
@@ -45,7 +48,7 @@ def fused_sql(sql: Any) -> str:
 
 
 async def fused_loop(dsn: str, worker: str, slots: int, sql: Any, counts: list[int]) -> None:
-    con = await asyncpg.connect(dsn, server_settings={"jit": "off"})
+    con = await asyncpg.connect(dsn, server_settings=RUNQ_SESSION)
     fused = fused_sql(sql)
     try:
         rules = [True, [], [], [], []]
@@ -66,7 +69,7 @@ async def fused_loop(dsn: str, worker: str, slots: int, sql: Any, counts: list[i
 
 
 async def loop(dsn: str, worker: str, slots: int, sql: Any, counts: list[int]) -> None:
-    con = await asyncpg.connect(dsn, server_settings={"jit": "off"})
+    con = await asyncpg.connect(dsn, server_settings=RUNQ_SESSION)
     try:
         # Same parameters as PostgresStore.claim: worker, slots, serialize_sessions, and the
         # four (empty) budget exclusion arrays.

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 import traceback
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 import msgspec
 
@@ -23,6 +24,10 @@ LogFormat = Literal["auto", "json", "text"]
 
 _FIELDS = "runq_fields"
 _encoder = msgspec.json.Encoder()
+
+#: How long an INFO line may wait in the buffer, and how much may wait before it is written.
+FLUSH_SECONDS = 0.1
+FLUSH_BYTES = 64 * 1024
 
 
 class EventLogger:
@@ -120,13 +125,68 @@ class TextFormatter(logging.Formatter):
         return text
 
 
+class BatchingStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler that writes lines in batches instead of one write per line.
+
+    At one ``run.completed`` line per run, a write and a flush per line were a tenth of a
+    worker's CPU. Lines wait at most ``FLUSH_SECONDS`` (a daemon thread writes them) or
+    until ``FLUSH_BYTES`` wait; a WARNING or worse is written at once with everything
+    before it, so an error is never held back, and ``logging.shutdown`` (at exit) flushes
+    the rest. Order is kept: every line goes through one buffer under the handler's lock.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__(stream)
+        self._lines: list[str] = []
+        self._size = 0
+        self._flusher: threading.Thread | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        # Called under self.lock (Handler.handle).
+        try:
+            line = self.format(record)
+        except Exception:
+            self.handleError(record)
+            return
+        self._lines.append(line)
+        self._size += len(line) + 1
+        if record.levelno >= logging.WARNING or self._size >= FLUSH_BYTES:
+            self._write()
+        elif self._flusher is None:
+            self._flusher = threading.Thread(
+                target=self._flush_periodically, name="runq-log-flush", daemon=True
+            )
+            self._flusher.start()
+
+    def flush(self) -> None:
+        with self.lock:  # type: ignore[union-attr]  # created by Handler.__init__
+            self._write()
+
+    def _write(self) -> None:
+        if not self._lines:
+            return
+        text = "\n".join(self._lines) + "\n"
+        self._lines.clear()
+        self._size = 0
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except Exception:  # a closed or broken stderr must not take the caller down
+            pass
+
+    def _flush_periodically(self) -> None:
+        while True:
+            time.sleep(FLUSH_SECONDS)
+            self.flush()
+
+
 def configure_logging(
     fmt: LogFormat = "auto", *, debug: bool = False, level: int = logging.INFO
 ) -> None:
     """Install one stderr handler on the root logger (replacing earlier ones).
     ``debug`` lowers the level to DEBUG for runq and its libraries alike."""
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
-    handler = logging.StreamHandler(sys.stderr)
+    handler = BatchingStreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if use_json else TextFormatter())
     root = logging.getLogger()
     for old in list(root.handlers):
