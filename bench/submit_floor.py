@@ -44,10 +44,15 @@ DEFAULT_DSN = os.environ.get("RUNQ_BENCH_DSN", "postgresql://postgres@127.0.0.1:
 BATCH = 1000
 SCHEMA = "runq_submit_floor"
 
-ROW_TRIGGER = f"""
-    DROP TRIGGER IF EXISTS runs_event_submitted ON {SCHEMA}.runs;
-    CREATE TRIGGER runs_event_submitted AFTER INSERT ON {SCHEMA}.runs
-        FOR EACH ROW EXECUTE FUNCTION {SCHEMA}.runq_lifecycle_event()"""
+SUBMITTED_FUNCTION = f"""
+    CREATE OR REPLACE FUNCTION {SCHEMA}.runq_submitted_events() RETURNS trigger
+    LANGUAGE plpgsql AS $body$
+    BEGIN
+        INSERT INTO {SCHEMA}.run_events (run_id, seq, attempt, at, kind)
+        SELECT id, event_seq, attempt, created_at, 'submitted' FROM submitted_runs;
+        RETURN NULL;
+    END
+    $body$"""
 STATEMENT_TRIGGER = f"""
     DROP TRIGGER IF EXISTS runs_event_submitted ON {SCHEMA}.runs;
     CREATE TRIGGER runs_event_submitted AFTER INSERT ON {SCHEMA}.runs
@@ -58,11 +63,17 @@ DROP_FK = f"ALTER TABLE {SCHEMA}.run_events DROP CONSTRAINT IF EXISTS run_events
 ADD_FK = f"""{DROP_FK};
     ALTER TABLE {SCHEMA}.run_events ADD CONSTRAINT run_events_run_id_fkey
         FOREIGN KEY (run_id) REFERENCES {SCHEMA}.runs (id) ON DELETE CASCADE NOT VALID"""
+COUNTS_ON = f"""
+    DROP TRIGGER IF EXISTS runs_count_insert ON {SCHEMA}.runs;
+    CREATE TRIGGER runs_count_insert AFTER INSERT ON {SCHEMA}.runs
+        REFERENCING NEW TABLE AS runq_new
+        FOR EACH STATEMENT EXECUTE FUNCTION {SCHEMA}.runq_count_runs()"""
+COUNTS_OFF = f"DROP TRIGGER IF EXISTS runs_count_insert ON {SCHEMA}.runs"
+#: The ``submitted`` event as migrations 0013 and 0014 store it (0014 stores none).
 VARIANTS = {
-    "row_trigger": [ADD_FK, ROW_TRIGGER],
-    "statement_trigger": [ADD_FK, STATEMENT_TRIGGER],
-    "no_fk": [DROP_FK, STATEMENT_TRIGGER],
-    "no_trigger": [ADD_FK, NO_TRIGGER],
+    "0013_statement_trigger": [SUBMITTED_FUNCTION, ADD_FK, STATEMENT_TRIGGER, COUNTS_ON],
+    "0014_no_event_row": [DROP_FK, NO_TRIGGER, COUNTS_ON],
+    "0014_without_counts": [DROP_FK, NO_TRIGGER, COUNTS_OFF],
 }
 
 
@@ -92,7 +103,7 @@ def records(n: int) -> list[tuple[Any, ...]]:
 
 async def copy_rate(con: asyncpg.Connection, runs: int) -> float:
     batches = [records(BATCH) for _ in range(runs // BATCH)]
-    await con.execute(f"TRUNCATE {SCHEMA}.runs CASCADE")
+    await con.execute(f"TRUNCATE {SCHEMA}.runs, {SCHEMA}.run_events")
     started = time.perf_counter()
     for rows in batches:
         async with con.transaction():
@@ -124,7 +135,7 @@ async def main_async(args: argparse.Namespace) -> None:
                         await admin.execute(statement)
                     rates[name].append(await copy_rate(admin, args.runs))
                     log(f"rep {rep + 1} {name}: {rates[name][-1]:,.0f} rows/s")
-                await admin.execute(f"TRUNCATE {SCHEMA}.runs CASCADE")
+                await admin.execute(f"TRUNCATE {SCHEMA}.runs, {SCHEMA}.run_events")
                 client.append(await client_share(q, args.runs))
                 log(f"rep {rep + 1} defer_many: {client[-1][0]:,.0f} runs/s")
     finally:

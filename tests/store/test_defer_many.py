@@ -13,7 +13,7 @@ from conftest import PG_URL, drop_schema, new_schema_name, require_postgres
 
 from runq import Queue
 from runq.config import Config, QueueConfig, SealConfig, StoreConfig
-from runq.errors import BadRequest, IdempotencyConflict, InvalidPayload, QueueFull
+from runq.errors import BadRequest, Conflict, IdempotencyConflict, InvalidPayload, QueueFull
 from runq.model import Actor, Status
 from runq.seal import generate_key
 
@@ -191,8 +191,8 @@ async def test_timeout_seconds_is_bounded_by_the_config(open_queue: Opener) -> N
 
 
 async def test_every_run_of_a_batch_gets_its_submitted_event(open_queue: Opener) -> None:
-    """The `submitted` event is written per statement (PostgreSQL: one trigger call for the
-    whole COPY): every run still gets exactly one, seq 1, at its created_at; a duplicate
+    """Every run of a batch lists exactly one `submitted` event, seq 1, at its created_at
+    (PostgreSQL: the run row itself, nothing stored; SQLite: a trigger's row); a duplicate
     answered from a stored run gets none."""
     async with open_queue() as q:
         items = [q.new_run("task", "echo", {"i": i}, idempotency_key=f"k{i}") for i in range(3)]
@@ -203,3 +203,25 @@ async def test_every_run_of_a_batch_gets_its_submitted_event(open_queue: Opener)
             events = await q.store.list_events(result.run.id, after=0, limit=10)
             assert [(e.seq, e.kind, e.attempt) for e in events] == [(1, "submitted", 0)]
             assert events[0].at == result.run.created_at
+
+
+async def test_a_key_refused_in_a_late_chunk_stores_nothing_and_the_pool_goes_on(
+    open_queue: Opener,
+) -> None:
+    """PostgreSQL writes a batch as several COPYs (chunks of ``COPY_CHUNK``): the unique
+    index refusing a row of the last chunk rolls back the chunks before it, and the
+    connection is fit for the next batch. ``submit_many`` plans nothing, so the second use
+    of the key reaches the index."""
+    async with open_queue() as q:
+        items = [q.new_run("task", "echo", {"i": i}) for i in range(1_000)]
+        items[10] = q.new_run("task", "echo", {"i": 10}, idempotency_key="twice")
+        items[990] = q.new_run("task", "echo", {"i": 990}, idempotency_key="twice")
+        with pytest.raises(Conflict):
+            await q.store.submit_many(items)
+        assert await queued(q) == 0
+        for _ in range(3):  # every pooled connection, whichever one took the failure
+            ids = await q.store.submit_many(
+                [q.new_run("task", "echo", {"i": i}) for i in range(600)]
+            )
+            assert len(ids) == 600
+        assert await queued(q) == 1_800

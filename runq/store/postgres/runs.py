@@ -24,36 +24,8 @@ from runq.model import (
     new_run_id,
 )
 from runq.store import batch, messages, rows
-from runq.store.postgres import statements as pg_sql
 from runq.store.postgres.base import PostgresBase
-
-
-def _copy_record(v: rows.InsertValues, new: NewRun, now: float) -> tuple[Any, ...]:
-    """One row for ``SUBMIT_COPY_COLUMNS``: queued, attempt 0, created and updated now."""
-    return (
-        v.id,
-        v.component_type,
-        v.component_id,
-        "queued",
-        0,
-        v.max_attempts,
-        v.priority,
-        v.session_id,
-        v.user_id,
-        v.actor,
-        v.configuration,
-        v.deployment_id,
-        v.idempotency_key,
-        v.origin,
-        now,
-        now,
-        now + v.delay,
-        v.has_request,
-        v.payload,
-        new.concurrency_key,
-        new.timeout_seconds,
-    )
-
+from runq.store.postgres.bulk import RunCopy
 
 #: How often submit re-runs after losing an idempotency race (the winner is then visible).
 _SUBMIT_ATTEMPTS = 3
@@ -128,22 +100,16 @@ class PostgresRuns(PostgresBase):
         ids = batch.run_ids(news)
         if not ids:
             return ids
-        # Every payload encoded and sealed before any SQL, so a bad value writes nothing.
-        values = rows.insert_values_many(
-            news, ids, self._sealer, list(map(rows.encoded_payload, news))
-        )
+        # Every payload encoded before any SQL, so a bad value writes nothing.
+        encoded = list(map(rows.encoded_payload, news))
         try:
             async with self._db.transaction() as con:
                 # One clock for the batch, the transaction's (what the INSERT would use);
-                # then binary COPY straight into the run table: no parameter arrays to
-                # build and unpack, and the unique index still refuses a taken
-                # idempotency key for the whole batch.
+                # then binary COPY straight into the run table: the unique index still
+                # refuses a taken idempotency key for the whole batch.
                 now: float = await con.fetchval(self._sql.now)
-                await con.copy_records_to_table(
-                    "runs",
-                    schema_name=self.schema,
-                    columns=pg_sql.SUBMIT_COPY_COLUMNS,
-                    records=[_copy_record(v, n, now) for v, n in zip(values, news, strict=True)],
+                await RunCopy(con, self.schema, self._sealer, now).write(
+                    news, ids, encoded, range(len(news))
                 )
         except asyncpg.UniqueViolationError as e:
             raise Conflict(messages.bulk_refused(e)) from e
@@ -160,13 +126,12 @@ class PostgresRuns(PostgresBase):
         if not news:
             return []
         ids = batch.run_ids(news)
-        # Every payload encoded and sealed before any SQL, so a bad value writes nothing.
+        # Every payload encoded before any SQL, so a bad value writes nothing.
         encoded = [rows.encoded_payload(n) for n in news]
-        values = rows.insert_values_many(news, ids, self._sealer, encoded)
         limits = batch.DepthLimits(max_queue_depth, max_delayed, max_queued_per_user)
         for _ in range(_SUBMIT_ATTEMPTS):
             try:
-                return await self._submit_batch_once(news, values, encoded, limits)
+                return await self._submit_batch_once(news, ids, encoded, limits)
             except asyncpg.UniqueViolationError as e:
                 if (e.constraint_name or "").endswith("_pkey"):
                     raise Conflict(messages.bulk_refused(e)) from e
@@ -177,7 +142,7 @@ class PostgresRuns(PostgresBase):
     async def _submit_batch_once(
         self,
         news: Sequence[NewRun],
-        values: Sequence[rows.InsertValues],
+        ids: Sequence[str],
         encoded: Sequence[bytes | None],
         limits: batch.DepthLimits,
     ) -> list[SubmitResult]:
@@ -190,11 +155,8 @@ class PostgresRuns(PostgresBase):
             fresh = plan.fresh
             # Binary COPY, as submit_many: the unique index still refuses a key taken
             # meanwhile (the caller plans again).
-            await con.copy_records_to_table(
-                "runs",
-                schema_name=self.schema,
-                columns=pg_sql.SUBMIT_COPY_COLUMNS,
-                records=[_copy_record(values[i], news[i], now) for i in fresh],
+            values = await RunCopy(con, self.schema, self._sealer, now).write(
+                news, ids, encoded, fresh
             )
             for i in fresh:
                 slot = batch.unique_slot(news[i])

@@ -30,7 +30,9 @@ $body$;
 CREATE OR REPLACE FUNCTION {schema}.runq_truncate_events() RETURNS trigger
 LANGUAGE plpgsql AS $body$
 BEGIN
-    TRUNCATE {schema}.run_events;
+    -- DELETE, not TRUNCATE: ``TRUNCATE runs, run_events`` (or CASCADE) names the event log
+    -- in the same statement, and a nested TRUNCATE of it would be refused.
+    DELETE FROM {schema}.run_events;
     RETURN NULL;
 END
 $body$;
