@@ -125,6 +125,19 @@ async def soak(args: argparse.Namespace, config: Config) -> dict[str, Any]:
     return result
 
 
+async def set_autovacuum(dsn: str, value: str) -> str:
+    """Set the server's ``autovacuum`` (reloaded, no restart); returns the value it had."""
+    con = await asyncpg.connect(dsn)
+    try:
+        before: str = await con.fetchval("SHOW autovacuum")
+        await con.execute(f"ALTER SYSTEM SET autovacuum = {'on' if value == 'on' else 'off'}")
+        await con.execute("SELECT pg_reload_conf()")
+        print(f"autovacuum {before} -> {value}", flush=True)
+        return before
+    finally:
+        await con.close()
+
+
 async def autovacuum_like(dsn: str, naptime: float, log: list[dict[str, float]]) -> None:
     """What autovacuum would do with the migration's per-table settings, for a server
     where it is off: every ``naptime`` seconds (autovacuum_naptime), ``VACUUM ANALYZE``
@@ -294,6 +307,12 @@ def main() -> None:
         help="emulate autovacuum (off on the bench machine) with this naptime, seconds",
     )
     p.add_argument(
+        "--autovacuum",
+        action="store_true",
+        help="turn the server's autovacuum on for the soak (ALTER SYSTEM, a superuser), as"
+        " production servers run it; the setting it had is restored at the end",
+    )
+    p.add_argument(
         "--samples", type=Path, default=None, help="also write every sample to this JSON file"
     )
     p.add_argument("--replot", type=Path, default=None, help="only redraw --png from this JSON")
@@ -302,7 +321,17 @@ def main() -> None:
     if args.replot:
         replot(args.replot, args.png, args.title)
         return
-    common.emit(asyncio.run(soak(args, prepare(args))))
+    config = prepare(args)
+    if not args.autovacuum:
+        common.emit(asyncio.run(soak(args, config)))
+        return
+    before = asyncio.run(set_autovacuum(args.dsn, "on"))
+    try:
+        result = asyncio.run(soak(args, config))
+        result["autovacuum"] = "on (server)"
+        common.emit(result)
+    finally:
+        asyncio.run(set_autovacuum(args.dsn, before))
 
 
 if __name__ == "__main__":
