@@ -44,6 +44,9 @@ class QueueConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     retention_interval_seconds: float = 3600.0
     deployment_id: str = ""
     serialize_sessions: bool = True
+    #: Claim runs ahead of free slots while handlers finish faster than a claim takes (see
+    #: runq/worker/claimer.py); false claims only for free slots.
+    claim_ahead: bool = True
     worker: bool = True
     #: A fleet-wide pause older than this is reported as forgotten (the
     #: ``RunqPauseForgotten`` alert compares ``runq_pause_age_seconds`` with it).

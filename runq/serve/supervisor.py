@@ -89,7 +89,7 @@ class Supervisor:
             store=self.store,
             config=config,
             components=queue.components,
-            on_finished=self._wake_claimer,
+            on_finished=self._slot_freed,
             settle_until_decided=True,
         )
         self.claimer = Claimer(self.store, self.runtime, ClaimerConfig.from_config(config))
@@ -115,6 +115,9 @@ class Supervisor:
 
     def _wake_claimer(self) -> None:
         self.claimer.wake()
+
+    def _slot_freed(self) -> None:
+        self.claimer.slot_freed()
 
     def _wake_everyone(self) -> None:
         """After the reaper requeued: this replica now, the others through the channel."""

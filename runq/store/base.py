@@ -175,6 +175,10 @@ class Store(Protocol):
         at once (``queued``, attempt not spent, the reason in ``error``) and named in the
         result's ``unopenable`` instead of being returned."""
 
+    async def give_back(self, worker_id: str, leases: Sequence[Lease]) -> None:
+        """Undo claims whose handlers never started (fenced on each lease): ``queued`` again,
+        the attempt not spent, a ``released`` event. Leases no longer held are skipped."""
+
     async def heartbeat_many(self, worker_id: str, leases: Sequence[Lease]) -> HeartbeatResult:
         """Renew every lease held by ``worker_id`` in one statement (``locked_at = now``) and
         refresh the worker's ``last_seen_at``. Leases not renewed are reported ``lost``;

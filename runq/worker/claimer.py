@@ -2,7 +2,16 @@
 
 ``Claimer.run`` claims as many runs as there are free slots (``max_concurrency`` minus
 in-flight) in one statement, starts each in the executions task group, and then sleeps
-until woken (a transport, a finished run, a requeue) or ``poll_interval`` passes. The
+until woken (a transport, a finished run, a requeue) or ``poll_interval`` passes.
+
+When handlers finish faster than a claim takes, slots would sit empty for a claim's round
+trip after every batch. So the claimer also claims *ahead*: as many runs as are expected
+to free up while one claim is in flight (``max_concurrency`` times claim time over handler time,
+both moving averages, at most ``max_concurrency``). Those runs wait in flight (their
+leases renewed) and take the next free slots, oldest claim first; one that waits longer
+than ``AHEAD_MAX_WAIT_SECONDS`` is given back (queued, attempt not spent), so a replica
+whose handlers turned slow does not sit on runs another could start. Slow handlers claim
+nothing ahead. ``[queue] claim_ahead = false`` turns it off. The
 budget is asked before the claim (a refusal after it would cost the run): users and
 configurations over a cap are excluded, so their runs stay queued while the runs behind
 them go on. On a database error it logs, backs off with jitter and tries again, so a
@@ -17,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 import anyio
@@ -36,6 +45,13 @@ from runq.worker.runtime import WorkerRuntime
 log = get_logger(__name__)
 
 CLAIM_BACKOFF_MAX = 10.0
+#: Tuning, not configuration: how long a run claimed ahead waits for a slot before it is
+#: given back, and the weight of the newest claim in the claim-time average.
+AHEAD_MAX_WAIT_SECONDS = 1.0
+CLAIM_SECONDS_WEIGHT = 0.1
+#: Claims in flight at once while claiming ahead: a second claim's round trip overlaps the
+#: first's, so slots are never idle for a whole one (a claim connection each).
+CLAIM_LOOPS = 2
 
 
 @dataclass(frozen=True)
@@ -48,6 +64,9 @@ class ClaimerConfig:
     deployment_id: str | None
     #: One run at a time per session, oldest first (``[queue] serialize_sessions``).
     serialize_sessions: bool
+    #: Claim runs ahead of free slots when handlers are faster than claims
+    #: (``[queue] claim_ahead``).
+    claim_ahead: bool = True
 
     @classmethod
     def from_config(cls, config: Config) -> ClaimerConfig:
@@ -57,6 +76,7 @@ class ClaimerConfig:
             poll_interval=q.poll_interval,
             deployment_id=q.deployment,
             serialize_sessions=q.serialize_sessions,
+            claim_ahead=q.claim_ahead,
         )
 
 
@@ -70,7 +90,8 @@ class Claimer:
         self.store = store
         self.runtime = runtime
         self.config = config
-        self._wake = anyio.Event()
+        #: One wake-up event per claim loop (``run`` may run two).
+        self._wakes: list[anyio.Event] = [anyio.Event()]
         self._stopping = False
         self._stopped = anyio.Event()
         self.passes = 0
@@ -82,6 +103,16 @@ class Claimer:
         #: Why this process stopped claiming for good (its keys cannot open the fleet's
         #: runs), or None. ``/readyz`` reports it; a restart with the right keys clears it.
         self.refusal: str | None = None
+        #: Runs claimed ahead of a free slot, oldest claim first: (claimed at, execution).
+        self._ready: deque[tuple[float, Execution]] = deque()
+        #: How long a claim takes lately (seconds, a moving average; None: none yet).
+        self._claim_seconds: float | None = None
+        #: Runs asked for by claims still in flight (the other loop must not ask again).
+        self._asked = 0
+        #: Set when runs claimed ahead had to be given back, cleared when a handler ends:
+        #: while every slot is held by slow handlers that have not finished yet (so the
+        #: handler average has not caught up), nothing more is claimed ahead.
+        self._ahead_held_back = False
 
     @property
     def executor(self) -> Executor:
@@ -95,19 +126,65 @@ class Claimer:
         """Handlers may execute ``max_concurrency`` at once. A run whose handler returned frees
         its slot while its completion waits for the batched write, so the next claim overlaps
         that write (a cap of ``max_concurrency`` on waiting rows cost a third of the drain).
-        At most one completer batch more may wait: the rows this worker holds ``running`` stay
-        bounded by ``max_concurrency + max_batch``."""
+        At most the completer's batches in flight more may wait: the rows this worker holds
+        ``running`` stay bounded by ``max_concurrency + max_pending``."""
         limit = self.config.max_concurrency
-        held = limit + self.runtime.completer.config.max_batch
+        held = limit + self.runtime.completer.config.max_pending
         return min(limit - self.inflight.executing, held - len(self.inflight))
 
+    def ahead(self) -> int:
+        """Runs to claim beyond the free slots: as many as are expected to free up while a
+        claim is in flight; none while handlers take longer than claims, none before both
+        were seen, and none under a run-count budget (it claims one run at a time)."""
+        if not self.config.claim_ahead or self.runtime.budget.caps_runs:
+            return 0
+        if self._ahead_held_back:
+            return 0
+        handler, claim = self.inflight.handler_seconds, self._claim_seconds
+        if handler is None or claim is None:
+            return 0
+        limit = self.config.max_concurrency
+        return min(CLAIM_LOOPS * limit, int(limit * claim / max(handler, 1e-6)))
+
+    def claim_size(self) -> int:
+        """How many runs the next claim asks for: the free slots not promised to runs
+        claimed ahead already, plus ``ahead()``. The rows held ``running`` stay bounded by
+        ``max_concurrency + max_pending + ahead()``."""
+        limit = self.config.max_concurrency
+        ahead = self.ahead()
+        inflight = self.inflight
+        wanted = limit + ahead - inflight.executing - inflight.waiting - self._asked
+        held = limit + ahead + self.runtime.completer.config.max_pending
+        return max(0, min(wanted, held - len(inflight) - self._asked))
+
+    def slot_freed(self) -> None:
+        """A handler finished: give its slot to a run claimed ahead, and wake the claimer."""
+        self._ahead_held_back = False
+        self.start_ready()
+        self.wake()
+
+    def start_ready(self) -> None:
+        """Start runs claimed ahead in the free slots, oldest claim first."""
+        free = self.config.max_concurrency - self.inflight.executing
+        if free <= 0 or not self._ready:
+            return
+        started: list[Execution] = []
+        while self._ready and len(started) < free:
+            execution = self._ready.popleft()[1]
+            self.inflight.start(execution)
+            started.append(execution)
+        self.executor.arm_deadline(started)
+        for execution in started:
+            self._start(execution, counted=False)
+
     def wake(self) -> None:
-        self._wake.set()
+        for event in self._wakes:
+            event.set()
 
     def stop(self) -> None:
         """Stop claiming (the drain); runs already started go on."""
         self._stopping = True
-        self._wake.set()
+        self.wake()
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
@@ -117,29 +194,88 @@ class Claimer:
         return await budget.blocked() if budget.enabled else None
 
     async def claim_once(self, executions: TaskGroup) -> int:
-        """One pass: claim up to the free slots and start them. Returns how many."""
-        free = self.free_slots()
-        if free <= 0 or self.refusal is not None:
+        """One pass: claim what ``claim_size`` asks and start what the free slots take; the
+        rest waits for slots. Returns how many runs were claimed."""
+        self.start_ready()  # slots freed since the last look go to runs claimed ahead first
+        wanted = self.claim_size()
+        if wanted <= 0 or self.refusal is not None:
             return 0
         if self.runtime.budget.caps_runs:
-            return await self._claim_counting(free)
-        runs = await self.store.claim(
-            self.runtime.worker_id,
-            free,
-            deployment_id=self.config.deployment_id,
-            serialize_sessions=self.config.serialize_sessions,
-            blocked=await self._blocked(),
-        )
+            return await self._claim_counting(self.free_slots())
+        started = time.monotonic()
+        self._asked += wanted
+        try:
+            runs = await self.store.claim(
+                self.runtime.worker_id,
+                wanted,
+                deployment_id=self.config.deployment_id,
+                serialize_sessions=self.config.serialize_sessions,
+                blocked=await self._blocked(),
+            )
+        finally:
+            self._asked -= wanted
+        claimed_at = time.monotonic()
+        self._note_claim_seconds(claimed_at - started)
         self._note_unopenable(runs)
         if runs:
             CLAIMS.inc(len(runs))
-            # Admitted now, not when the task first runs: the next pass's free-slot count
-            # must include these runs, or a second claim would exceed max_concurrency.
-            admitted = [self.executor.admit(run) for run in runs]
-            self.executor.arm_deadline(admitted)
-            for execution in admitted:
-                self._start(execution, counted=False)
+            # Admitted now, not when a task first runs: the next pass's count of free
+            # slots must include these runs, or a second claim would exceed the cap. Each
+            # waits its turn behind runs claimed earlier.
+            for run in runs:
+                self._ready.append((claimed_at, self.executor.admit(run, waiting=True)))
+            self.start_ready()
         return len(runs)
+
+    def _note_claim_seconds(self, seconds: float) -> None:
+        last = self._claim_seconds
+        self._claim_seconds = (
+            seconds if last is None else last + CLAIM_SECONDS_WEIGHT * (seconds - last)
+        )
+
+    async def _give_back_stale(self) -> None:
+        """Give back runs claimed ahead that waited too long for a slot (handlers turned
+        slow): another replica may start them."""
+        cutoff = time.monotonic() - AHEAD_MAX_WAIT_SECONDS
+        stale: list[tuple[float, Execution]] = []
+        while self._ready and self._ready[0][0] <= cutoff:
+            stale.append(self._ready.popleft())
+        if stale:
+            await self._give_back(stale)
+
+    async def _give_back(self, waiting: list[tuple[float, Execution]]) -> bool:
+        """Queued again with the attempt not spent; on a database error they stay claimed
+        (leases renewed) and wait again. True when given back."""
+        executions = [execution for _, execution in waiting]
+        try:
+            await self.store.give_back(self.runtime.worker_id, [ex.lease for ex in executions])
+        except Exception as e:
+            STORE_ERRORS.labels(service="claimer").inc()
+            log.warning(
+                "claim.give_back_failed", runs=len(executions), error=str(e) or type(e).__name__
+            )
+            self._ready.extendleft(reversed(waiting))
+            return False
+        for execution in executions:
+            self.inflight.remove(execution)
+        self._ahead_held_back = True
+        log.info("claim.given_back", runs=len(executions), waited_seconds=AHEAD_MAX_WAIT_SECONDS)
+        return True
+
+    async def _settle_ready_at_stop(self) -> None:
+        """The drain: runs still waiting for a slot go back to the queue; when the database
+        cannot take them back, they run like the runs already started."""
+        if not self._ready:
+            return
+        waiting = list(self._ready)
+        self._ready.clear()
+        with anyio.CancelScope(shield=True):
+            if await self._give_back(waiting):
+                return
+        self._ready.clear()
+        for _, execution in waiting:
+            self.inflight.start(execution)
+            self._start(execution, counted=False)
 
     def _note_unopenable(self, runs: ClaimedRuns) -> None:
         """Stop claiming when a claim took runs this process cannot open. The store gave them
@@ -215,47 +351,67 @@ class Claimer:
     async def run(
         self, executions: TaskGroup, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        """Claim until ``stop()``. Reports started after the first pass (readiness)."""
+        """Claim until ``stop()``. Reports started after the first pass (readiness). While
+        claiming ahead, ``CLAIM_LOOPS`` claim loops run, so claims overlap."""
         CONCURRENCY_LIMIT.set(self.config.max_concurrency)
         # Read when scraped: a gauge moved per run took a lock twice per run.
         IN_FLIGHT.set_function(self.inflight.__len__)
         executions.start_soon(self._hold_runs)
-        failures = 0
-        started = False
+        # One claim at a time where claims must be counted one by one (run-count budgets).
+        loops = CLAIM_LOOPS if self.config.claim_ahead and not self.runtime.budget.caps_runs else 1
+        self._wakes = [anyio.Event() for _ in range(loops)]
         try:
-            while not self._stopping:
-                self._wake = anyio.Event()
-                asked = self.free_slots()
-                try:
-                    claimed = await self.claim_once(executions)
-                    failures = 0
-                except Exception as e:
-                    failures += 1
-                    STORE_ERRORS.labels(service="claimer").inc()
-                    delay = backoff_delay(failures, cap=CLAIM_BACKOFF_MAX, base=0.2)
-                    log.warning(
-                        "claim.failed", error=str(e) or type(e).__name__, retry_in=round(delay, 2)
-                    )
-                    await self._sleep(delay)
-                    continue
-                finally:
-                    self.passes += 1
-                    if not started:
-                        started = True
-                        task_status.started()
-                if claimed >= asked > 0 and self.free_slots() > 0:
-                    continue  # a full pass: more may be waiting for the slots still free
-                # A pass that took fewer runs than it asked for saw none left to take: sleep
-                # (a submission since then has set the fresh wake event, so this returns at
-                # once). Claiming again at once cost every wake-up an empty claim round
-                # trip, which the next wake-up's claim could queue behind.
-                await self._sleep(self.config.poll_interval)
+            async with anyio.create_task_group() as claim_loops:
+                await claim_loops.start(self._claim_loop, executions, 0)
+                task_status.started()
+                for index in range(1, loops):
+                    claim_loops.start_soon(self._claim_loop, executions, index)
         finally:
+            await self._settle_ready_at_stop()
             self._stopped.set()
 
-    async def _sleep(self, seconds: float) -> None:
+    async def _claim_loop(
+        self,
+        executions: TaskGroup,
+        index: int,
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        failures = 0
+        started = False
+        while not self._stopping:
+            self._wakes[index] = anyio.Event()
+            asked = self.claim_size()
+            try:
+                claimed = await self.claim_once(executions)
+                failures = 0
+            except Exception as e:
+                failures += 1
+                STORE_ERRORS.labels(service="claimer").inc()
+                delay = backoff_delay(failures, cap=CLAIM_BACKOFF_MAX, base=0.2)
+                log.warning(
+                    "claim.failed", error=str(e) or type(e).__name__, retry_in=round(delay, 2)
+                )
+                await self._sleep(index, delay)
+                continue
+            finally:
+                self.passes += 1
+                if not started:
+                    started = True
+                    task_status.started()
+            await self._give_back_stale()
+            if claimed >= asked > 0 and self.claim_size() > 0:
+                continue  # a full pass: more may be waiting for the slots still free
+            # A pass that took fewer runs than it asked for saw none left to take: sleep
+            # (a submission since then has set the fresh wake event, so this returns at
+            # once). Claiming again at once cost every wake-up an empty claim round
+            # trip, which the next wake-up's claim could queue behind.
+            poll = self.config.poll_interval
+            await self._sleep(index, min(poll, AHEAD_MAX_WAIT_SECONDS) if self._ready else poll)
+
+    async def _sleep(self, index: int, seconds: float) -> None:
         with anyio.move_on_after(seconds):
-            await self._wake.wait()
+            await self._wakes[index].wait()
 
 
 # -- the bounded sweep of `runq work` ------------------------------------------------------------

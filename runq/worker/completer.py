@@ -5,9 +5,10 @@ callback (no task waits for the write), callers that need the answer (``runq wor
 ``sync`` transport, tests) with ``complete``. While ``run()`` is active, completions are
 collected for up to ``max_wait`` (5 ms) or ``max_batch`` (64) items, whichever comes first,
 and written in one statement: one round trip and one commit for many runs is what lets fast
-handlers drain a queue at database speed. A batch is written at once when no handler is
-still executing: nothing else can join it soon, and waiting would only delay the write
-(with 16 slots and fast handlers the 5 ms wait paced the drain). Without ``run()``, each
+handlers drain a queue at database speed. Two batches (``writers``) may be in flight at
+once, so one batch's WAL flush does not hold up the next. A batch is written at once when
+no handler is still executing: nothing else can join it soon, and waiting would only delay
+the write (with 16 slots and fast handlers the 5 ms wait paced the drain). Without ``run()``, each
 completion is written on its own at once.
 
 A batch that fails because the database is away is written again with backoff (the
@@ -39,6 +40,9 @@ WRITE_TIMEOUT_SECONDS = 30.0
 #: first completion of a batch waits for others.
 MAX_BATCH = 64
 MAX_WAIT_SECONDS = 0.005
+#: Batches written at once: a batch waits for its commit's WAL flush, and a second batch
+#: written meanwhile shares the next flush (PostgreSQL's group commit) instead of queueing.
+WRITERS = 2
 #: Errors worth retrying a settle write for: the database is away, not the write wrong.
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (StoreUnavailable, OSError, TimeoutError)
 #: What a completion's callback receives: applied (True), fenced off (False), or the error
@@ -53,6 +57,13 @@ class CompleterConfig:
     max_batch: int
     #: How long the first completion of a batch waits for others.
     max_wait_seconds: float
+    #: Batches written at once.
+    writers: int = WRITERS
+
+    @property
+    def max_pending(self) -> int:
+        """Completions that may be handed in and not yet written: every writer's batch."""
+        return self.max_batch * self.writers
 
     @classmethod
     def from_config(cls, config: Config) -> CompleterConfig:
@@ -125,21 +136,27 @@ class Completer:
             self._full.set()
 
     async def run(self) -> None:
-        """Flush batches until cancelled; what is still pending then fails."""
+        """Flush batches until cancelled (``writers`` at once); what is still pending then
+        fails."""
         self._running = True
         try:
-            while True:
-                await self._has_items.wait()
-                with anyio.move_on_after(self.config.max_wait_seconds):
-                    await self._full.wait()
-                if not await self._flush():
-                    self._failures += 1
-                    await anyio.sleep(backoff_delay(self._failures, cap=2.0, base=0.1))
+            async with anyio.create_task_group() as writers:
+                for _ in range(self.config.writers):
+                    writers.start_soon(self._write_batches)
         finally:
             self._running = False
             stopped = RuntimeError("completer stopped")
             for item in self._take(len(self._pending)):
                 item.on_written(stopped)
+
+    async def _write_batches(self) -> None:
+        while True:
+            await self._has_items.wait()
+            with anyio.move_on_after(self.config.max_wait_seconds):
+                await self._full.wait()
+            if not await self._flush():
+                self._failures += 1
+                await anyio.sleep(backoff_delay(self._failures, cap=2.0, base=0.1))
 
     def _flush_now(self) -> bool:
         """A full batch, or pending completions that no executing handler could join."""

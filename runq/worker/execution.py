@@ -115,6 +115,9 @@ class Execution:
     #: The handler is done and its completion handed to the completer: the run no longer
     #: takes an execution slot, though its lease is held (and renewed) until it is written.
     handed_in: bool = False
+    #: Claimed ahead of a free slot (``Claimer``): in flight, its lease renewed, but its
+    #: handler not started and no slot taken yet.
+    waiting: bool = False
     #: The task calling the handler, while it does; what an interrupt cancels.
     calling: asyncio.Task[Any] | None = None
     cancel_sent: bool = False

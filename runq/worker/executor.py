@@ -123,11 +123,12 @@ class Executor(Settler):
             self._event_batcher = EventBatcher(self.store, self.worker_id)
         return self._event_batcher
 
-    def admit(self, run: Run) -> Execution:
+    def admit(self, run: Run, *, waiting: bool = False) -> Execution:
         """Register a claimed run as in flight, synchronously: the claimer calls this before it
-        starts the task, so the next free-slot count already includes the run."""
+        starts the task, so the next free-slot count already includes the run. ``waiting``:
+        claimed ahead of a free slot; ``InFlight.start`` gives it one later."""
         execution = Execution(run, self)
-        self.inflight.add(execution)
+        self.inflight.add(execution, waiting=waiting)
         return execution
 
     def timeout_of(self, run: Run) -> float:

@@ -2,7 +2,8 @@
 
 The heartbeat renews their leases in one statement, the claimer counts free slots from
 it, a cancel or a lost lease reaches an execution through it, and the drain waits until
-it is empty.
+it is empty. It also keeps how long handlers take lately, which tells the claimer whether
+claiming ahead of free slots pays.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import anyio
 from runq.model import Lease
 from runq.worker.execution import Execution, Interrupt
 
+#: Weight of the newest handler duration in ``handler_seconds`` (an exponential average).
+HANDLER_SECONDS_WEIGHT = 0.1
+
 
 class InFlight:
     """The executions of one worker, by run id: what the heartbeat renews and the drain waits on."""
@@ -19,32 +23,63 @@ class InFlight:
     def __init__(self) -> None:
         self._by_id: dict[str, Execution] = {}
         self._handed_in = 0
+        self._waiting = 0
         self._empty = anyio.Event()
         self._empty.set()
+        #: How long a handler took lately (seconds, a moving average; None: none yet).
+        self.handler_seconds: float | None = None
 
     def __len__(self) -> int:
         return len(self._by_id)
 
     @property
     def executing(self) -> int:
-        """Executions whose handler still runs: what ``max_concurrency`` bounds."""
-        return len(self._by_id) - self._handed_in
+        """Executions whose handler runs (or is about to): what ``max_concurrency`` bounds.
+        Neither a run whose completion waits for its write nor one claimed ahead counts."""
+        return len(self._by_id) - self._handed_in - self._waiting
 
-    def hand_in(self, execution: Execution) -> None:
+    @property
+    def waiting(self) -> int:
+        """Runs claimed ahead of a free slot, not started yet."""
+        return self._waiting
+
+    def hand_in(self, execution: Execution, handler_seconds: float | None = None) -> None:
+        """The handler is done (its completion goes to the completer): the slot is free."""
         if not execution.handed_in and self._by_id.get(execution.run.id) is execution:
             execution.handed_in = True
             self._handed_in += 1
+        if handler_seconds is not None:
+            self.note_handler_seconds(handler_seconds)
 
-    def add(self, execution: Execution) -> None:
+    def note_handler_seconds(self, seconds: float) -> None:
+        last = self.handler_seconds
+        self.handler_seconds = (
+            seconds if last is None else last + HANDLER_SECONDS_WEIGHT * (seconds - last)
+        )
+
+    def add(self, execution: Execution, *, waiting: bool = False) -> None:
         self._by_id[execution.run.id] = execution
+        if waiting:
+            execution.waiting = True
+            self._waiting += 1
         if self._empty.is_set():
             self._empty = anyio.Event()
+
+    def start(self, execution: Execution) -> None:
+        """A run claimed ahead takes its slot now."""
+        if execution.waiting:
+            execution.waiting = False
+            if self._by_id.get(execution.run.id) is execution:
+                self._waiting -= 1
 
     def remove(self, execution: Execution) -> None:
         if self._by_id.get(execution.run.id) is execution:
             del self._by_id[execution.run.id]
             if execution.handed_in:
                 self._handed_in -= 1
+            if execution.waiting:
+                execution.waiting = False
+                self._waiting -= 1
         if not self._by_id:
             self._empty.set()
 

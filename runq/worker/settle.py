@@ -288,7 +288,7 @@ class Settler:
         )
         # The slot is free once the handler is done: the next claim overlaps this write
         # (the run stays running and fenced until the write lands).
-        self.inflight.hand_in(ex)
+        self.inflight.hand_in(ex, time.monotonic() - ex.started)
         if self.on_finished is not None:
             self.on_finished()
         return completion

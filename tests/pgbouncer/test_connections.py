@@ -65,6 +65,10 @@ async def test_claims_run_on_their_own_connection_opened_on_first_claim() -> Non
         claimed = await store.claim("w-test", 3, deployment_id=None)
         assert len(claimed) == 3
         assert f"t-{schema} claims" in await names()
+        # Claims commit without waiting for the WAL flush; everything else waits.
+        show = "SHOW synchronous_commit"
+        assert await store._claims.fetchval(show) == "off"  # type: ignore[attr-defined]
+        assert await store._db.fetchval(show) == "on"  # type: ignore[attr-defined]
     finally:
         await store.close()
         await drop_schema(schema)

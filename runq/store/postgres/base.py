@@ -16,9 +16,9 @@ from runq.store.postgres import statements as pg_sql
 from runq.store.postgres.connection import Pool
 from runq.store.statements import check_schema
 
-#: The claim path's own connections (opened on the first claim): one claimer per replica,
-#: plus one for a ``sync`` claim of a single run beside it.
-CLAIM_CONNECTIONS = 2
+#: The claim path's own connections (opened on the first claim): the claimer's two claim
+#: loops, plus one for a ``sync`` claim of a single run beside them.
+CLAIM_CONNECTIONS = 3
 
 
 def _blocked_params(blocked: BudgetBlock | None) -> list[list[str]]:
@@ -102,6 +102,11 @@ class PostgresBase:
         )
         # Claims on a connection of their own: a wake-up's claim never queues behind
         # completion writes and heartbeats on the shared pool (the start-latency tail).
+        # Their commits do not wait for the WAL flush, which was most of a claim's time: a
+        # claim lost in a server crash leaves its runs queued with the attempt unspent, the
+        # worker's completion is then fenced off and the run executes again, as after a
+        # worker crash (at least once). Every later synchronous commit, the completion's
+        # included, flushes the claim with it. Submissions and outcomes stay synchronous.
         self._claims = Pool(
             url,
             min_size=1,
@@ -110,6 +115,7 @@ class PostgresBase:
             connect_timeout=connect_timeout,
             application_name=f"{application_name} claims",
             pooled=pgbouncer,
+            synchronous_commit=False,
         )
         self._claims_opening = asyncio.Lock()
         self._sql_offset = 0.0

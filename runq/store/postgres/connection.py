@@ -83,12 +83,16 @@ class Pool:
         connect_timeout: float,
         application_name: str,
         pooled: bool = False,
+        synchronous_commit: bool = True,
     ) -> None:
         """``pooled``: behind PgBouncer in transaction mode, where a server-side prepared
         statement may be gone (or belong to another client) by the next transaction, and
-        startup settings other than ``application_name`` are not passed on."""
+        startup settings other than ``application_name`` are not passed on.
+        ``synchronous_commit=False``: a commit does not wait for its WAL flush (the claim
+        pool; see ``PostgresBase``)."""
         self.url = url
         self._pooled = pooled
+        self._synchronous_commit = synchronous_commit
         self._min_size = min_size
         self._max_size = max_size
         self._command_timeout = command_timeout
@@ -151,6 +155,7 @@ class Pool:
             # key probes via = ANY, literal LIMITs where they steer the plan; see
             # bench/CLAIM_EXPLAIN.md).
             "plan_cache_mode": "force_generic_plan",
+            "synchronous_commit": "on" if self._synchronous_commit else "off",
         }
 
     async def close(self) -> None:

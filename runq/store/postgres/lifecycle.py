@@ -70,6 +70,17 @@ class PostgresLifecycle(PostgresBase):
             )
         return ClaimedRuns(runs, unopenable=(row["id"] for row, _ in broken))
 
+    async def give_back(self, worker_id: str, leases: Sequence[Lease]) -> None:
+        if not leases:
+            return
+        await self._db.fetch(
+            self._sql.release,
+            worker_id,
+            [lease.run_id for lease in leases],
+            [lease.attempt for lease in leases],
+            [None] * len(leases),
+        )
+
     async def _claim_limited(
         self,
         worker_id: str,

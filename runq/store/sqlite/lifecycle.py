@@ -85,13 +85,21 @@ class SqliteLifecycle(SqliteBase):
         await self._release(worker_id, [(r, messages.not_executed(e)) for r, e in broken])
         return ClaimedRuns(runs, unopenable=(r["id"] for r, _ in broken))
 
+    async def give_back(self, worker_id: str, leases: Sequence[Lease]) -> None:
+        await self._give_back(worker_id, [(lease.run_id, lease.attempt, None) for lease in leases])
+
     async def _release(self, worker_id: str, given_back: Sequence[tuple[Row, str | None]]) -> None:
         """Undo a claim (fenced on the lease it took): queued again, attempt restored."""
+        await self._give_back(worker_id, [(r["id"], r["attempt"], e) for r, e in given_back])
+
+    async def _give_back(
+        self, worker_id: str, given_back: Sequence[tuple[str, int, str | None]]
+    ) -> None:
         if not given_back:
             return
         batch = [
-            {"id": r["id"], "attempt": r["attempt"], "worker": worker_id, "error": error}
-            for r, error in given_back
+            {"id": run_id, "attempt": attempt, "worker": worker_id, "error": error}
+            for run_id, attempt, error in given_back
         ]
 
         def body(conn: sqlite3.Connection, now: float) -> None:
