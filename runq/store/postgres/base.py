@@ -16,9 +16,10 @@ from runq.store.postgres import statements as pg_sql
 from runq.store.postgres.connection import Pool
 from runq.store.statements import check_schema
 
-#: The claim path's own connections (opened on the first claim): the claimer's two claim
-#: loops, plus one for a ``sync`` claim of a single run beside them.
-CLAIM_CONNECTIONS = 3
+#: The claim path's own connections (opened on the first claim): one per claim loop of the
+#: claimer; a ``sync`` claim of a single run waits for one of them (a claim is about a
+#: millisecond), so a fleet's connection count does not grow with a third.
+CLAIM_CONNECTIONS = 2
 
 
 def _blocked_params(blocked: BudgetBlock | None) -> list[list[str]]:

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from runq.model import NewRun
+from runq.model import NewRun, Run
 from runq.seal import Sealer
 from runq.store import rows
 from runq.store.postgres import statements as pg_sql
@@ -68,9 +68,13 @@ class RunCopy:
         ids: Sequence[str],
         encoded: Sequence[bytes | None],
         positions: Sequence[int],
+        *,
+        runs: dict[int, Run] | None = None,
     ) -> dict[int, rows.InsertValues]:
         """COPY the runs at ``positions`` of ``news``; returns what was written for each.
-        Raises what the COPY raised (a taken idempotency key: ``UniqueViolationError``)."""
+        ``runs``: also filled with each written run as a ``Run``, built while the database
+        writes its chunk. Raises what the COPY raised (a taken idempotency key:
+        ``UniqueViolationError``)."""
         written: dict[int, rows.InsertValues] = {}
         try:
             for start in range(0, len(positions), COPY_CHUNK):
@@ -85,10 +89,26 @@ class RunCopy:
                         records=records,
                     )
                 )
+                if runs is not None:
+                    await self._describe(news, encoded, chunk, written, runs)
             await self._settle()
         finally:
             await self._quiesce()
         return written
+
+    async def _describe(
+        self,
+        news: Sequence[NewRun],
+        encoded: Sequence[bytes | None],
+        chunk: Sequence[int],
+        written: dict[int, rows.InsertValues],
+        runs: dict[int, Run],
+    ) -> None:
+        """The chunk's runs as ``Run`` objects, built in slices while its COPY goes out."""
+        for start in range(0, len(chunk), SEAL_SLICE):
+            await asyncio.sleep(0)  # the COPY in flight sends its rows meanwhile
+            for i in chunk[start : start + SEAL_SLICE]:
+                runs[i] = rows.fresh_run(news[i], written[i], encoded[i], self._now)
 
     async def _build(
         self,

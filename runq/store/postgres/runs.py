@@ -155,8 +155,9 @@ class PostgresRuns(PostgresBase):
             fresh = plan.fresh
             # Binary COPY, as submit_many: the unique index still refuses a key taken
             # meanwhile (the caller plans again).
+            fresh_runs: dict[int, Run] = {}
             values = await RunCopy(con, self.schema, self._sealer, now).write(
-                news, ids, encoded, fresh
+                news, ids, encoded, fresh, runs=fresh_runs
             )
             for i in fresh:
                 slot = batch.unique_slot(news[i])
@@ -165,7 +166,6 @@ class PostgresRuns(PostgresBase):
             stored = list(plan.stored_ids)
             found = await con.fetch(self._sql.get_many, stored) if stored else []
         by_id = {row["id"]: self._run(row) for row in found}
-        fresh_runs = {i: rows.fresh_run(news[i], values[i], encoded[i], now) for i in fresh}
         # Positional: SubmitResult(run, created) per item of a batch of thousands.
         return [
             SubmitResult(by_id[answer], False)
