@@ -38,6 +38,8 @@ SCHEMA = "runq"
 #: The session settings of runq's own pools (runq/store/postgres/connection.py): without
 #: force_generic_plan the claim is planned again on every call and the floor reads low.
 RUNQ_SESSION = {"jit": "off", "plan_cache_mode": "force_generic_plan"}
+#: ... and of its claim connections, whose commits do not wait for the WAL flush.
+RUNQ_CLAIM_SESSION = {**RUNQ_SESSION, "synchronous_commit": "off"}
 
 
 def fused_sql(sql: Any) -> str:
@@ -69,13 +71,15 @@ async def fused_loop(dsn: str, worker: str, slots: int, sql: Any, counts: list[i
 
 
 async def loop(dsn: str, worker: str, slots: int, sql: Any, counts: list[int]) -> None:
+    # Claims and completions on connections of their own, as runq's store has them.
+    claims = await asyncpg.connect(dsn, server_settings=RUNQ_CLAIM_SESSION)
     con = await asyncpg.connect(dsn, server_settings=RUNQ_SESSION)
     try:
         # Same parameters as PostgresStore.claim: worker, slots, serialize_sessions, and the
         # four (empty) budget exclusion arrays.
         rules = [True, [], [], [], []]
         while True:
-            rows = await con.fetch(sql.claim, worker, slots, *rules)
+            rows = await claims.fetch(sql.claim, worker, slots, *rules)
             if not rows:
                 return
             rows = sorted(rows, key=lambda r: r["id"])
@@ -91,6 +95,7 @@ async def loop(dsn: str, worker: str, slots: int, sql: Any, counts: list[int]) -
             counts.append(k)
     finally:
         await con.close()
+        await claims.close()
 
 
 async def main_async(args: argparse.Namespace) -> None:

@@ -125,14 +125,21 @@ async def soak(args: argparse.Namespace, config: Config) -> dict[str, Any]:
     return result
 
 
-async def set_autovacuum(dsn: str, value: str) -> str:
-    """Set the server's ``autovacuum`` (reloaded, no restart); returns the value it had."""
+#: The server settings the soak may change (ALTER SYSTEM takes no bind parameters).
+SERVER_SETTINGS = {"autovacuum", "autovacuum_naptime"}
+
+
+async def set_server(dsn: str, name: str, value: str) -> str:
+    """Set a server setting (reloaded, no restart); returns the value it had."""
+    assert name in SERVER_SETTINGS, name
     con = await asyncpg.connect(dsn)
     try:
-        before: str = await con.fetchval("SHOW autovacuum")
-        await con.execute(f"ALTER SYSTEM SET autovacuum = {'on' if value == 'on' else 'off'}")
+        before: str = await con.fetchval(f"SHOW {name}")
+        if not value.replace("s", "").isalnum():
+            raise SystemExit(f"bad value for {name}: {value!r}")
+        await con.execute(f"ALTER SYSTEM SET {name} = '{value}'")
         await con.execute("SELECT pg_reload_conf()")
-        print(f"autovacuum {before} -> {value}", flush=True)
+        print(f"{name} {before} -> {value}", flush=True)
         return before
     finally:
         await con.close()
@@ -310,7 +317,14 @@ def main() -> None:
         "--autovacuum",
         action="store_true",
         help="turn the server's autovacuum on for the soak (ALTER SYSTEM, a superuser), as"
-        " production servers run it; the setting it had is restored at the end",
+        " production servers run it; the settings it had are restored at the end",
+    )
+    p.add_argument(
+        "--autovacuum-naptime",
+        type=int,
+        default=0,
+        help="with --autovacuum: the server's autovacuum_naptime for the soak, seconds"
+        " (0: leave it; PostgreSQL's default is 60)",
     )
     p.add_argument(
         "--samples", type=Path, default=None, help="also write every sample to this JSON file"
@@ -325,13 +339,20 @@ def main() -> None:
     if not args.autovacuum:
         common.emit(asyncio.run(soak(args, config)))
         return
-    before = asyncio.run(set_autovacuum(args.dsn, "on"))
+    before = asyncio.run(set_server(args.dsn, "autovacuum", "on"))
+    naptime = args.autovacuum_naptime
+    old_naptime = (
+        asyncio.run(set_server(args.dsn, "autovacuum_naptime", str(naptime))) if naptime else None
+    )
     try:
         result = asyncio.run(soak(args, config))
         result["autovacuum"] = "on (server)"
+        result["autovacuum_naptime"] = naptime or "server default"
         common.emit(result)
     finally:
-        asyncio.run(set_autovacuum(args.dsn, before))
+        asyncio.run(set_server(args.dsn, "autovacuum", before))
+        if old_naptime is not None:
+            asyncio.run(set_server(args.dsn, "autovacuum_naptime", old_naptime))
 
 
 if __name__ == "__main__":
