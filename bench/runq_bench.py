@@ -120,7 +120,8 @@ class Target:
                 f"SELECT (SELECT count(*) FROM {t} WHERE status = 'queued' "
                 "AND deployment_id = '' AND component_id = $1) + "
                 f"(SELECT count(*) FROM {t} WHERE status = 'running' "
-                "AND deployment_id = '' AND component_id = $1)",
+                "AND deployment_id = '' AND component_id = $2)",
+                component,
                 component,
             )
         )
