@@ -14,6 +14,7 @@ from runq.seal import Sealer
 from runq.store import rows
 from runq.store.postgres import statements as pg_sql
 from runq.store.postgres.connection import Pool
+from runq.store.postgres.head import ClaimHead
 from runq.store.statements import check_schema
 
 #: The claim path's own connections (opened on the first claim): one per claim loop of the
@@ -125,6 +126,8 @@ class PostgresBase:
         #: a completion carrying events numbers them from it in one statement, checked
         #: there; a run missing here, or whose number moved, takes the longer transaction.
         self._event_seqs = EventSeqs()
+        #: Where this store's claims start walking the claim index (``head.py``).
+        self._claim_head = ClaimHead()
 
     @property
     def channel(self) -> str:

@@ -54,7 +54,7 @@ class PostgresLifecycle(PostgresBase):
         elif deployment_id:
             found = await claims.fetch(sql.claim_affinity, worker_id, slots, *rules, deployment_id)
         else:
-            found = await claims.fetch(sql.claim, worker_id, slots, *rules)
+            found = await self._claim_plain(claims, worker_id, slots, rules)
         for row in found:
             self._event_seqs.note(row["id"], row["event_seq"])
         runs, broken = rows.open_claimed(rows.in_claim_order(found), self._sealer)
@@ -69,6 +69,28 @@ class PostgresLifecycle(PostgresBase):
                 [messages.not_executed(error) for _, error in broken],
             )
         return ClaimedRuns(runs, unopenable=(row["id"] for row, _ in broken))
+
+    async def _claim_plain(
+        self, claims: Any, worker_id: str, slots: int, rules: list[Any]
+    ) -> list[Any]:
+        """The claim of a worker without a deployment: from the queue's head while there
+        is a backlog (``head.py``), else from the start of the claim index."""
+        sql, head = self._sql, self._claim_head
+        if not head.backlog:
+            found: list[Any] = await claims.fetch(sql.claim, worker_id, slots, *rules)
+            head.backlog = len(found) == slots
+            return found
+        if head.stale():
+            head.read(await claims.fetchrow(sql.claim_head))
+        found = []
+        if head.key is not None:
+            found = await claims.fetch(sql.claim_from_head, worker_id, slots, *rules, *head.key)
+        if len(found) < slots:
+            # Short: the backlog ends, or rows wait before the head (given back since it
+            # was read). The rest comes from the start, and the head waits for a full claim.
+            head.forget()
+            found = [*found, *await claims.fetch(sql.claim, worker_id, slots - len(found), *rules)]
+        return found
 
     async def give_back(self, worker_id: str, leases: Sequence[Lease]) -> None:
         if not leases:

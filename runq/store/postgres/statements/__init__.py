@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from runq.store.postgres.statements.claims import (
     _admit_sql,
+    _claim_head_sql,
     _claim_sql,
     _limited_claim_sql,
     _release_sql,
@@ -67,6 +68,8 @@ class Statements:
     claim: str
     claim_affinity: str
     claim_one: str
+    claim_head: str
+    claim_from_head: str
     heartbeat: str
     complete: str
     fail: str
@@ -156,6 +159,7 @@ def build(schema: str, offset: float) -> Statements:
     """Every statement of one schema at one clock offset."""
     s, now = schema, _clock(offset)
     claim, claim_affinity, claim_one = _claim_sql(s, now)
+    claim_head, claim_from_head = _claim_head_sql(s, now)
     limited, limited_affinity, limited_one = _limited_claim_sql(s, now)
     admit, admit_affinity, admit_one = _admit_sql(s, now)
     return Statements(
@@ -170,6 +174,8 @@ def build(schema: str, offset: float) -> Statements:
         claim=claim,
         claim_affinity=claim_affinity,
         claim_one=claim_one,
+        claim_head=claim_head,
+        claim_from_head=claim_from_head,
         reap=_reap_sql(s, now),
         notify="SELECT pg_notify($1, $2)",
         **_lifecycle_sql(s, now),

@@ -95,6 +95,47 @@ def _claim_sql(s: str, now: str) -> tuple[str, str, str]:
     )
 
 
+def _claim_head_sql(s: str, now: str) -> tuple[str, str]:
+    """(the head of the queue, a claim from it), for a worker without a deployment.
+
+    Every claim leaves its rows' old entries at the head of runs_claim_idx, where only
+    VACUUM removes them, so a claim from the start walks every run claimed since the last
+    vacuum (24 ms for 16 runs after 165,000 claims). The head query walks them once: the
+    first due queued row in claim order. The claim from it takes, as the plain claim does,
+    the first ``$2`` claimable rows in claim order, but starts priority ``$8``'s walk at
+    (``$9`` available_at, ``$10`` id): rows of a lower priority number (branch a) and of a
+    higher one (branch c) are walked whole. A row that enters the queue after the head was
+    read sorts after it within its priority (it is due now or later), except a run given
+    back unstarted (its ``available_at`` is kept): the caller reads the head again, and
+    claims from the start, often enough to find those.
+    """
+    head = f"""
+        SELECT r.priority, r.available_at, r.id FROM {s}.runs r
+        WHERE r.status = 'queued' AND r.deployment_id = '' AND r.available_at <= {now}
+        ORDER BY r.priority, r.available_at, r.id LIMIT 1"""
+    filters = _claim_filters(s, now, 3)
+    ordered = "r.id, r.priority, r.available_at"
+
+    def branch(where: str) -> str:
+        return (
+            f"SELECT {ordered} FROM {s}.runs r "
+            f"WHERE r.status = 'queued' AND r.deployment_id = '' AND {where} AND {filters} "
+            "ORDER BY r.priority, r.available_at, r.id LIMIT $2 FOR UPDATE SKIP LOCKED"
+        )
+
+    lower = branch("r.priority < $8::int")
+    same = branch("r.priority = $8::int AND (r.available_at, r.id) >= ($9::float8, $10::text)")
+    higher = branch("r.priority > $8::int")
+    merged = f"""
+        SELECT m.id FROM (
+            SELECT * FROM ({lower}) AS a
+            UNION ALL SELECT * FROM ({same}) AS b
+            UNION ALL SELECT * FROM ({higher}) AS c
+        ) AS m
+        ORDER BY m.priority, m.available_at, m.id LIMIT $2"""
+    return head, _claim_update(s, now, merged)
+
+
 def _limited_claim_sql(s: str, now: str) -> tuple[str, str, str]:
     """The claim variants used while ``[limits]`` are configured: (no deployment, with a
     deployment, one run by id).
