@@ -153,6 +153,14 @@ class FlowRules:
                 used[i] = stored[1]
         return used
 
+    def crosses_window(self, then: float, now: float) -> bool:
+        """True when some rate window ended between ``then`` and ``now``: starts stamped
+        ``then`` would be counted into a window already gone."""
+        return any(
+            g.rate is not None and rate_window(then, g.rate[1]) != rate_window(now, g.rate[1])
+            for g in self.groups
+        )
+
     def room(self, running: list[int], rate_used: list[int]) -> list[int]:
         """Runs each group may still start now: the tighter of its limits."""
         rooms = []

@@ -36,13 +36,21 @@ def _blocked_params(blocked: BudgetBlock | None) -> list[list[str]]:
     ]
 
 
-def _running(found: Sequence[Any]) -> tuple[float, list[tuple[str, str | None, int]]]:
-    """(the clock, running counts) from ``running_by_component``: its first row carries
-    the clock and no component."""
-    now = next(float(r["now"]) for r in found if r["component"] is None)
-    return now, [
-        (r["component"], r["concurrency_key"], r["n"]) for r in found if r["component"] is not None
-    ]
+def _running(
+    found: Sequence[Any],
+) -> tuple[float, float, list[tuple[str, str | None, int]]]:
+    """(the transaction's clock, the statement's clock, running counts) from
+    ``running_by_component``: its first row carries the clocks and no component."""
+    first = next(r for r in found if r["component"] is None)
+    return (
+        float(first["now"]),
+        float(first["clock"]),
+        [
+            (r["component"], r["concurrency_key"], r["n"])
+            for r in found
+            if r["component"] is not None
+        ],
+    )
 
 
 class EventSeqs(dict[str, int]):

@@ -49,7 +49,7 @@ class PostgresFlow(PostgresBase):
     async def flow_state(self) -> FlowState:
         sql = self._sql
         async with self._db.transaction() as con:
-            now, found = _running(await con.fetch(sql.running_by_component))
+            now, _clock, found = _running(await con.fetch(sql.running_by_component))
             stored = await con.fetch(sql.rate_windows_get, self.flow.patterns)
         running, keys = split_running(found)
         windows = {r["pattern"]: (r["window_start"], r["used"]) for r in stored}

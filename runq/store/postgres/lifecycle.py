@@ -134,7 +134,11 @@ class PostgresLifecycle(PostgresBase):
             found = await claims.fetch(statement, worker_id, second, *rules, dep, *gate)
             if found[0]["fresh"]:
                 return [r for r in found if r["id"] is not None]
-        return await self._claim_locked(worker_id, slots, rules, deployment_id, run_id)
+        for _ in range(ADMIT_ATTEMPTS):
+            locked = await self._claim_locked(worker_id, slots, rules, deployment_id, run_id)
+            if locked is not None:
+                return locked
+        return []
 
     async def _claim_locked(
         self,
@@ -143,15 +147,19 @@ class PostgresLifecycle(PostgresBase):
         rules: list[Any],
         deployment_id: str | None,
         run_id: str | None,
-    ) -> list[Any]:
+    ) -> list[Any] | None:
         """The claim under ``[limits]`` as a transaction: take the limits lock, count what
         runs and what each rate window has spent, claim within the room left, and count the
         starts into the rate windows. The lock makes the count and the claim one step for
-        the fleet: a second claimer counts after this one commits."""
+        the fleet: a second claimer counts after this one commits. None (nothing claimed;
+        try again) when the wait for the lock outlasted a rate window: the claim would
+        stamp its runs with the transaction's start, in a window already gone."""
         sql, flow = self._sql, self.flow
         async with self._db.transaction() as con:
             await con.execute(sql.limits_lock)
-            now, rows_running = _running(await con.fetch(sql.running_by_component))
+            now, clock, rows_running = _running(await con.fetch(sql.running_by_component))
+            if flow.has_rates and flow.crosses_window(now, clock):
+                return None
             running = flow.running_by_group((c, n) for c, _, n in rows_running)
             keyed = flow.key_running(rows_running)
             used = [0] * len(flow.groups)

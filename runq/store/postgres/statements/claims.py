@@ -215,6 +215,16 @@ def _release_sql(s: str, now: str) -> str:
           AND {_still_running("r")}"""
 
 
+#: How starts are added to a pattern's window row (``w``, the stored row; ``EXCLUDED``, the
+#: starts of one claim and its window): a later window starts over, and the row never goes
+#: back to an earlier one (a claim whose clock is older than the row's window, which would
+#: otherwise reset it and let the current window admit its cap twice).
+RATE_WINDOW_ADD = """
+                used = CASE WHEN w.window_start = EXCLUDED.window_start THEN w.used + EXCLUDED.used
+                            WHEN w.window_start > EXCLUDED.window_start THEN w.used
+                            ELSE EXCLUDED.used END,
+                window_start = GREATEST(w.window_start, EXCLUDED.window_start)"""
+
 #: The ``rate_windows`` row every one-statement limited claim bumps (no pattern is empty):
 #: its ``used`` is a claim counter, so a claim can tell whether another committed between
 #: its snapshot and its row lock. Wraps before INTEGER does.
@@ -315,10 +325,7 @@ def _admit_sql(s: str, now: str) -> tuple[str, str, str]:
             SELECT ($14::text[])[g.i], {window.format(i="g.i")}, count(*)
             FROM claimed r CROSS JOIN LATERAL (SELECT {group("r")} AS i) g
             WHERE ($12::int[])[g.i] < {NO_CAP} GROUP BY g.i
-            ON CONFLICT (pattern) DO UPDATE SET
-                used = CASE WHEN w.window_start = EXCLUDED.window_start
-                            THEN w.used + EXCLUDED.used ELSE EXCLUDED.used END,
-                window_start = EXCLUDED.window_start)
+            ON CONFLICT (pattern) DO UPDATE SET {RATE_WINDOW_ADD})
         SELECT k.*, f.ok AS fresh FROM fresh f LEFT JOIN claimed k ON true"""
 
     no_dep, ours = branch("''"), branch("$8")

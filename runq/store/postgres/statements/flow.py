@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runq.store.postgres.statements.claims import EPOCH_ROW, EPOCH_WRAP
+from runq.store.postgres.statements.claims import EPOCH_ROW, EPOCH_WRAP, RATE_WINDOW_ADD
 from runq.store.postgres.statements.common import _ACTIVE, _budget_allows, _component_name
 
 
@@ -18,11 +18,16 @@ def _flow_sql(s: str, now: str) -> dict[str, str]:
             ON CONFLICT (pattern) DO UPDATE SET used = w.used % {EPOCH_WRAP} + 1""",
         # The clock rides along (a first row with no component), saving a round trip
         # inside the limits lock.
+        # ``now`` is the transaction's start, which the claim stamps as ``started_at``;
+        # ``clock`` is this statement's, after the lock: a claimer that waited for the lock
+        # past the end of a rate window must not count its starts into the window gone.
         "running_by_component": (
-            f"SELECT {now} AS now, NULL::text AS component, NULL::text AS concurrency_key,"
+            f"SELECT {now} AS now, {now} - extract(epoch from now())::float8"
+            " + extract(epoch from statement_timestamp())::float8 AS clock,"
+            " NULL::text AS component, NULL::text AS concurrency_key,"
             " 0::bigint AS n UNION ALL"
-            f" SELECT NULL, {_component_name('r')}, r.concurrency_key, count(*)"
-            f" FROM {s}.runs r WHERE r.status = 'running' GROUP BY 2, 3"
+            f" SELECT NULL, NULL, {_component_name('r')}, r.concurrency_key, count(*)"
+            f" FROM {s}.runs r WHERE r.status = 'running' GROUP BY 3, 4"
         ),
         "rate_windows_get": (
             f"SELECT pattern, window_start, used FROM {s}.rate_windows"
@@ -32,10 +37,7 @@ def _flow_sql(s: str, now: str) -> dict[str, str]:
         "rate_windows_bump": f"""
             INSERT INTO {s}.rate_windows AS w (pattern, window_start, used)
             SELECT * FROM unnest($1::text[], $2::float8[], $3::int[])
-            ON CONFLICT (pattern) DO UPDATE SET
-                used = CASE WHEN w.window_start = EXCLUDED.window_start
-                            THEN w.used + EXCLUDED.used ELSE EXCLUDED.used END,
-                window_start = EXCLUDED.window_start""",
+            ON CONFLICT (pattern) DO UPDATE SET {RATE_WINDOW_ADD}""",
         # $1 id, $2 kind, $3 target, $4 LIKE form, $5 reason, $6 by. A second pause of the
         # same target returns the existing row.
         "pause_insert": f"""
