@@ -10,8 +10,10 @@ import logging
 import subprocess
 import sys
 
+import pytest
 from helpers import wait_for_sync
 
+import runq.log
 from runq.log import FLUSH_BYTES, BatchingStreamHandler, JsonFormatter, get_logger
 
 
@@ -30,23 +32,32 @@ def _events(stream: io.StringIO) -> list[str]:
     return [json.loads(line)["event"] for line in stream.getvalue().splitlines()]
 
 
-def test_info_waits_for_the_flush_and_a_warning_goes_at_once_in_order() -> None:
+def test_a_warning_goes_at_once_with_everything_before_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(runq.log, "FLUSH_SECONDS", 3600.0)  # only the warning can write
     stream, logger = _handler()
     log = get_logger(logger.name)
     log.info("first")
     log.info("second")
+    assert _events(stream) == []
     log.warning("third")
-    # The warning was written by the call itself, with everything queued before it.
     assert _events(stream) == ["first", "second", "third"]
-    log.info("fourth")
+
+
+def test_an_info_line_is_written_within_the_flush_interval() -> None:
+    stream, logger = _handler()
+    log = get_logger(logger.name)
+    log.info("first")
     wait_for_sync(
-        lambda: _events(stream) == ["first", "second", "third", "fourth"],
+        lambda: _events(stream) == ["first"],
         timeout=5,
         message="the INFO line flushed by the handler's thread",
     )
 
 
-def test_a_full_buffer_is_written_without_waiting() -> None:
+def test_a_full_buffer_is_written_without_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runq.log, "FLUSH_SECONDS", 3600.0)  # only the size can write
     stream, logger = _handler()
     log = get_logger(logger.name)
     filler = "x" * 1000

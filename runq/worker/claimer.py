@@ -39,7 +39,7 @@ from runq.metrics import CLAIMS, CONCURRENCY_LIMIT, IN_FLIGHT, STORE_ERRORS, UNO
 from runq.model import BudgetBlock, ClaimedRuns, Run
 from runq.store.base import Store
 from runq.worker.executor import Execution, Executor
-from runq.worker.inflight import InFlight
+from runq.worker.inflight import InFlight, moving_average
 from runq.worker.runtime import WorkerRuntime
 
 log = get_logger(__name__)
@@ -228,10 +228,7 @@ class Claimer:
         return len(runs)
 
     def _note_claim_seconds(self, seconds: float) -> None:
-        last = self._claim_seconds
-        self._claim_seconds = (
-            seconds if last is None else last + CLAIM_SECONDS_WEIGHT * (seconds - last)
-        )
+        self._claim_seconds = moving_average(self._claim_seconds, seconds, CLAIM_SECONDS_WEIGHT)
 
     async def _give_back_stale(self) -> None:
         """Give back runs claimed ahead that waited too long for a slot (handlers turned
@@ -241,11 +238,11 @@ class Claimer:
         while self._ready and self._ready[0][0] <= cutoff:
             stale.append(self._ready.popleft())
         if stale:
-            await self._give_back(stale)
+            await self._give_back(stale, reason="no_free_slot")
 
-    async def _give_back(self, waiting: list[tuple[float, Execution]]) -> bool:
-        """Queued again with the attempt not spent; on a database error they stay claimed
-        (leases renewed) and wait again. True when given back."""
+    async def _give_back(self, waiting: list[tuple[float, Execution]], *, reason: str) -> bool:
+        """Queued again with the attempt not spent; on a database error they go back to
+        the front of ``_ready`` (leases renewed) and wait again. True when given back."""
         executions = [execution for _, execution in waiting]
         try:
             await self.store.give_back(self.runtime.worker_id, [ex.lease for ex in executions])
@@ -259,7 +256,7 @@ class Claimer:
         for execution in executions:
             self.inflight.remove(execution)
         self._ahead_held_back = True
-        log.info("claim.given_back", runs=len(executions), waited_seconds=AHEAD_MAX_WAIT_SECONDS)
+        log.info("claim.given_back", runs=len(executions), reason=reason)
         return True
 
     async def _settle_ready_at_stop(self) -> None:
@@ -270,9 +267,9 @@ class Claimer:
         waiting = list(self._ready)
         self._ready.clear()
         with anyio.CancelScope(shield=True):
-            if await self._give_back(waiting):
+            if await self._give_back(waiting, reason="drain"):
                 return
-        self._ready.clear()
+        self._ready.clear()  # the failed give-back put them back
         for _, execution in waiting:
             self.inflight.start(execution)
             self._start(execution, counted=False)

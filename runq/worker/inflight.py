@@ -17,6 +17,11 @@ from runq.worker.execution import Execution, Interrupt
 HANDLER_SECONDS_WEIGHT = 0.1
 
 
+def moving_average(last: float | None, value: float, weight: float) -> float:
+    """An exponential moving average: ``value`` alone when there is none yet."""
+    return value if last is None else last + weight * (value - last)
+
+
 class InFlight:
     """The executions of one worker, by run id: what the heartbeat renews and the drain waits on."""
 
@@ -52,10 +57,7 @@ class InFlight:
             self.note_handler_seconds(handler_seconds)
 
     def note_handler_seconds(self, seconds: float) -> None:
-        last = self.handler_seconds
-        self.handler_seconds = (
-            seconds if last is None else last + HANDLER_SECONDS_WEIGHT * (seconds - last)
-        )
+        self.handler_seconds = moving_average(self.handler_seconds, seconds, HANDLER_SECONDS_WEIGHT)
 
     def add(self, execution: Execution, *, waiting: bool = False) -> None:
         self._by_id[execution.run.id] = execution

@@ -164,9 +164,14 @@ async def test_a_run_waiting_too_long_for_a_slot_is_given_back(
             waiting = await q.get(given.run_id)
             assert waiting is not None
             assert (waiting.status, waiting.attempt) == (Status.QUEUED, 0)
-            # Given back once: no more is claimed ahead until a handler ends.
-            await anyio.sleep(0.5)
+            # Given back once: no more is claimed ahead until a handler ends, over several
+            # claim passes (the poll is 0.05 s).
+            passes = claimer.passes
+            await wait_for(
+                lambda: claimer.passes >= passes + 3, timeout=30, message="three claim passes"
+            )
             assert claimer.claim_size() == 0
+            assert runtime.inflight.waiting == 0
             assert len(store.given_back) == 1
             _gate["open"].set()
             await wait_for(lambda: _completed_equals(q, 2), timeout=30, message="both complete")

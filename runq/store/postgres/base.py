@@ -15,6 +15,7 @@ from runq.store import rows
 from runq.store.postgres import statements as pg_sql
 from runq.store.postgres.connection import Pool
 from runq.store.postgres.head import ClaimHead
+from runq.store.postgres.statements.common import channel_name
 from runq.store.statements import check_schema
 
 #: The claim path's own connections (opened on the first claim): one per claim loop of the
@@ -140,7 +141,7 @@ class PostgresBase:
     @property
     def channel(self) -> str:
         """The NOTIFY channel of this installation (one per schema)."""
-        return f"runq_{self.schema}"
+        return channel_name(self.schema)
 
     @property
     def statements(self) -> pg_sql.Statements:

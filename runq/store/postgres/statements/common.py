@@ -76,8 +76,14 @@ def _completed_events(s: str, done: str) -> str:
             FROM {done}"""
 
 
+def channel_name(schema: str) -> str:
+    """The installation's NOTIFY channel (one per schema); migration 0004's trigger spells
+    the same name."""
+    return f"runq_{schema}"
+
+
 def _completed_ids(s: str, done: str) -> str:
     """The ids a completion applied to, each announced on the installation's channel as
     the transition trigger announced a final event (followers on any replica wake)."""
-    return f"""SELECT d.id, pg_notify('runq_{s}', 'event:' || d.id || ':' || d.event_seq)
+    return f"""SELECT d.id, pg_notify('{channel_name(s)}', 'event:' || d.id || ':' || d.event_seq)
             FROM {done} d"""
