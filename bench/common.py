@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import math
 import os
@@ -420,6 +421,27 @@ async def drain_watch(
         "polled_seconds": round(span, 3),
         "polled_rate": round((left_first - left) / span, 1),
         "runs_after_first_progress": left_first - left,
+    }
+
+
+def tenth_rates(stamps: Sequence[float]) -> dict[str, Any]:
+    """Drain rate of each tenth of the runs in completion order (``stamps`` sorted): the
+    tenth's runs over its time span, joined to the previous tenth's last completion so the
+    spans add up to the whole window. ``last_vs_first`` < 1 means the drain slowed down."""
+    n = len(stamps)
+    if n < 20:
+        return {}
+    bounds = [round(i * (n - 1) / 10) for i in range(11)]
+    rates = []
+    for a, b in itertools.pairwise(bounds):
+        span = stamps[b] - stamps[a]
+        rates.append(round((b - a) / span, 1) if span > 0 else None)
+    first, last = rates[0], rates[-1]
+    return {
+        "tenth_rates": rates,
+        "first_tenth_rate": first,
+        "last_tenth_rate": last,
+        "last_vs_first": round(last / first, 3) if first and last else None,
     }
 
 

@@ -4,6 +4,13 @@ in exactly one bucket of per-run cost (the first rule that matches its stack), s
 buckets add up to 100 %.
 
     python bench/profile_top.py bench/results/profile_w1_runq_inproc.txt [--top 25]
+    python bench/profile_top.py bench/results/profile_w5_runq_pg.txt --buckets http
+
+``--buckets http`` sorts the samples of an HTTP server (W5: ``runq serve`` or the floor app
+under wrk) into what stands between a request and its INSERT: logging, metrics, sealing,
+sync guards run in worker threads, auth, body decoding and validation, wake-ups, the
+database driver, building the run, runq's own API code, the framework, the HTTP protocol
+and the event loop.
 """
 
 from __future__ import annotations
@@ -70,10 +77,55 @@ BUCKETS: list[tuple[str, re.Pattern[str], str]] = [
 ]
 
 
-def bucket_of(frames: list[str]) -> str:
+#: W5's buckets (``--buckets http``), first match wins, as BUCKETS.
+HTTP_BUCKETS: list[tuple[str, re.Pattern[str], str]] = [
+    ("logging (runq/log.py, logging)", _any(r"runq/log\.py|/logging/"), "any"),
+    ("metrics (prometheus_client)", _any(r"prometheus_client/"), "any"),
+    ("sealing (runq/seal.py, cryptography)", _any(r"runq/seal\.py|cryptography/"), "any"),
+    (
+        "sync guard/dependency in a worker thread (litestar sync_to_thread)",
+        _any(r"sync_to_thread|_run_sync_asyncio|concurrent/futures/"),
+        "any",
+    ),
+    ("auth (runq/api/auth.py, guards)", _any(r"runq/api/auth\.py|^authenticate "), "any"),
+    (
+        "wake-up (transports, NOTIFY)",
+        _any(r"runq/transports/|Queue\._wake|Queue\._inline_wake|\.notify "),
+        "any",
+    ),
+    (
+        "database driver (asyncpg, aiosqlite, sqlite3, runq's pool)",
+        _any(r"asyncpg/|aiosqlite/|sqlite3/|runq/store/(postgres|sqlite)/connection\.py"),
+        "any",
+    ),
+    (
+        "request decoding and validation (msgspec, litestar signature/kwargs)",
+        _any(r"msgspec|litestar/_signature/|litestar/_kwargs/|runq/api/json_body\.py"),
+        "any",
+    ),
+    (
+        "building the run and its row (Queue.new_run, model, rows)",
+        _any(r"runq/model\.py|runq/store/rows\.py|new_run_of |Queue\.new_run "),
+        "any",
+    ),
+    ("runq store and queue (own code)", _any(r"runq/store/|runq/queue\.py"), "leaf"),
+    ("runq API (edge middleware, routes; own code)", _any(r"runq/api/"), "leaf"),
+    ("runq, other", _any(r"runq/"), "leaf"),
+    ("floor app (own code)", _any(r"floor_app\.py"), "leaf"),
+    ("litestar (routing, middleware, responses)", _any(r"litestar/"), "leaf"),
+    ("HTTP protocol (uvicorn, h11)", _any(r"uvicorn/|h11/"), "leaf"),
+    (
+        "event loop and task machinery (asyncio, anyio, uvloop)",
+        _any(r"asyncio/|anyio/|uvloop|selectors\.py|Runner\.run"),
+        "leaf",
+    ),
+]
+
+
+def bucket_of(frames: list[str], rules: list[tuple[str, re.Pattern[str], str]] = BUCKETS) -> str:
     runq_frames = [f for f in frames if "runq/" in f]
     innermost_runq = runq_frames[-1] if runq_frames else ""
-    for name, rx, where in BUCKETS:
+    for name, rx, where in rules:
         if where == "any" and any(rx.search(f) for f in frames):
             return name
         if where == "leaf" and rx.search(frames[-1]):
@@ -92,7 +144,9 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("path")
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--buckets", choices=["worker", "http"], default="worker")
     args = p.parse_args()
+    rules = HTTP_BUCKETS if args.buckets == "http" else BUCKETS
     inclusive: Counter[str] = Counter()
     self_: Counter[str] = Counter()
     groups: Counter[str] = Counter()
@@ -111,7 +165,7 @@ def main() -> None:
         for g, rx in GROUPS.items():
             if any(rx.search(f) for f in frames):
                 groups[g] += n
-        buckets[bucket_of(frames)] += n
+        buckets[bucket_of(frames, rules)] += n
 
     def pct(n: int) -> str:
         return f"{100 * n / max(total, 1):5.1f}%"
@@ -120,7 +174,8 @@ def main() -> None:
     print("groups (a sample counts in every group on its stack):")
     for g, n in groups.most_common():
         print(f"  {pct(n)}  {g}")
-    print("\nbuckets (each sample in exactly one; see BUCKETS for the rules):")
+    rule_name = "HTTP_BUCKETS" if args.buckets == "http" else "BUCKETS"
+    print(f"\nbuckets (each sample in exactly one; see {rule_name} for the rules):")
     for g, n in buckets.most_common():
         print(f"  {pct(n)}  {g}")
     print(f"\nself time, top {args.top}:")

@@ -6,6 +6,10 @@
     python3 bench/run.py --only W1,W2    # a selection (W1 W2 W3 W4 floor mem)
     python3 bench/run.py --only W1 --variant inproc --repeat 1   # one quick look
     python3 bench/run.py --profile       # also py-spy the workers during one W1 drain
+    python3 bench/run.py --only W5       # HTTP submission: wrk against runq serve and its floor
+    python3 bench/run.py --only W6       # durable features: events, steps, children; DBOS
+    python3 bench/run.py --only W1cold   # W1 on a pool opened against an empty table
+    python3 bench/run.py --only W5,W6,W1cold --smoke   # seconds each: do the harnesses work?
 
 Two variants of W1-W3: ``subprocess`` (runq as a ``runq serve`` subprocess on uvloop, the
 peers' workers as their own subprocesses, PgQueuer on uvloop as ``pgq run``) and
@@ -49,13 +53,49 @@ PEERS_DIR = BENCH / ".peers"
 PEER_VENV = PEERS_DIR / "venv"
 PEER_PY = PEER_VENV / "bin" / "python"
 PEER_PACKAGES = ["pgqueuer", "procrastinate", "asyncpg", "psutil", "uvloop"]
+#: DBOS Transact (W6) in a venv of its own: its dependencies (SQLAlchemy, psycopg) stay
+#: apart from the other peers' pins.
+DBOS_VENV = PEERS_DIR / "dbos-venv"
+DBOS_PY = DBOS_VENV / "bin" / "python"
+DBOS_PACKAGES = ["dbos", "psutil"]
 RESULTS = BENCH / "results"
 DEFAULT_DSN = os.environ.get("RUNQ_BENCH_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
-WORKLOADS = ["W1", "W2", "W3", "W4", "floor", "mem"]
+WORKLOADS = ["W1", "W2", "W3", "W4", "floor", "mem", "W5", "W6", "W1cold"]
 #: W3's baseline: W1 with W3's run count on an empty table (what W3 is divided by, the
 #: issue's "W1 (5k)"); measured whenever W3 is, just before it.
 W3_BASE = "W3base"
+#: W1cold's baseline: runq's normal W1 (submitted first, then the worker starts), measured
+#: whenever W1cold is, just before it.
+W1COLD_BASE = "W1coldbase"
+#: W5's systems: (server, engine, auth). ``floor``: bench/w5/floor_app.py on Litestar;
+#: ``asgi``: the same floor as a bare ASGI callable (``--w5-asgi``).
+W5_SYSTEMS = {
+    "runq_pg": ("runq", "postgres", "open"),
+    "runq_pg_key": ("runq", "postgres", "key"),
+    "floor_pg": ("floor", "postgres", "open"),
+    "asgi_pg": ("asgi", "postgres", "open"),
+    "runq_sqlite": ("runq", "sqlite", "open"),
+    "floor_sqlite": ("floor", "sqlite", "open"),
+    "asgi_sqlite": ("asgi", "sqlite", "open"),
+}
+W5_SCENARIOS = [(m, c) for m in ("post", "batch", "get") for c in (16, 64)]
+#: W6's parts, each one measurement: (script, role, extra options).
+W6_SYSTEMS: dict[str, tuple[str, str, list[str]]] = {
+    "runq_w1": ("runq_bench", "W1", ["--component", "noop"]),
+    "runq_w1_events": ("runq_bench", "W1", ["--component", "emit10"]),
+    "runq_w1_step": ("runq_bench", "W1", ["--component", "step1"]),
+    "dbos_w1": ("dbos", "w1", ["--steps-per-run", "0"]),
+    "dbos_w1_step": ("dbos", "w1", ["--steps-per-run", "1"]),
+    "runq_steps_pg": ("w6_runq", "steps", ["--engine", "postgres"]),
+    "runq_steps_sqlite": ("w6_runq", "steps", ["--engine", "sqlite"]),
+    "dbos_steps": ("dbos", "steps", []),
+    "runq_replay_pg": ("w6_runq", "replay", ["--engine", "postgres"]),
+    "dbos_recovery": ("dbos", "recovery", []),
+    "runq_fanout_pg": ("w6_runq", "fanout", ["--engine", "postgres"]),
+}
+#: Workloads whose systems are not split by ``--variant``.
+VARIANT_FREE = {"W5", "W6"}
 VARIANTS = ["subprocess", "inproc"]
 #: The system name of a worker hosted in the benchmark process (standard asyncio loop).
 INPROC = "_inproc"
@@ -68,6 +108,10 @@ SYSTEMS = {
     "W4": ["runq"],
     "floor": ["floor", "floor_fused"],
     "mem": ["runq"],
+    "W5": [s for s in W5_SYSTEMS if not s.startswith("asgi")],
+    "W6": list(W6_SYSTEMS),
+    "W1cold": ["runq", "runq" + INPROC],
+    W1COLD_BASE: ["runq", "runq" + INPROC],
 }
 
 
@@ -112,6 +156,24 @@ TARGETS = [
         1.0,
     ),
     ("inproc_w3_vs_w1", "in-process W3 drain / W1 drain (runq)", ">=", 0.9),
+    # W5 (issue 30): POST /runs against the floor app on the same stack.
+    *(
+        (
+            f"w5_{e}_post_c{c}_{m}_vs_floor",
+            f"W5 {name} POST /runs at {c} connections: runq / floor {what}",
+            op,
+            thr,
+        )
+        for e, name in (("pg", "PostgreSQL"), ("sqlite", "SQLite"))
+        for c in (16, 64)
+        for m, what, op, thr in (
+            ("rps", "throughput", ">=", 0.7),
+            ("p99", "p99 (lower is better)", "<=", 2.0),
+        )
+    ),
+    # W6 (issue 30): durable steps against DBOS Transact.
+    ("w6_step_ms_vs_dbos", "W6 per-step overhead (PostgreSQL): runq / DBOS", "<=", 1.0),
+    ("w6_w1_step_vs_dbos_w1", "W6 W1 with a step per run / DBOS queue W1", ">=", 2.0),
 ]
 
 
@@ -142,6 +204,29 @@ def ensure_peers(reinstall: bool) -> dict[str, str]:
             "import json, importlib.metadata as m; "
             "print(json.dumps({p: m.version(p) for p in "
             "['pgqueuer', 'procrastinate', 'asyncpg', 'psycopg', 'uvloop']}))",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    versions: dict[str, str] = json.loads(out.stdout)
+    return versions
+
+
+def ensure_dbos(reinstall: bool) -> dict[str, str]:
+    """DBOS Transact for W6, in its own venv; its version."""
+    if reinstall or not DBOS_PY.exists():
+        say(f"creating {DBOS_VENV.relative_to(ROOT)} and installing {' '.join(DBOS_PACKAGES)}")
+        PEERS_DIR.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(DBOS_VENV)], check=True)
+        subprocess.run([str(DBOS_PY), "-m", "pip", "install", "-q", *DBOS_PACKAGES], check=True)
+    out = subprocess.run(
+        [
+            str(DBOS_PY),
+            "-c",
+            "import json, importlib.metadata as m; "
+            "print(json.dumps({'dbos': m.version('dbos'), 'dbos_sqlalchemy': "
+            "m.version('sqlalchemy'), 'dbos_psycopg': m.version('psycopg')}))",
         ],
         check=True,
         capture_output=True,
@@ -221,7 +306,27 @@ async def recreate_db(base: str, name: str, *, drop_only: bool = False) -> None:
 # -- one measurement -----------------------------------------------------------------------
 
 
-def sizes(quick: bool) -> dict[str, dict[str, Any]]:
+#: W6's sizes: W1 runs, steps per run and runs of the step overhead, recorded steps of
+#: the replay, children of the fan-out.
+W6_FULL = {"runs": 20000, "steps": 100, "step_runs": 20, "recorded": 1000, "children": 1000}
+
+
+def sizes(quick: bool, smoke: bool = False) -> dict[str, dict[str, Any]]:
+    if smoke:
+        # Seconds per measurement: proves each harness runs, measures nothing.
+        return {
+            "W1": {"runs": 500},
+            "W2": {"runs": 50},
+            "W3": {"runs": 500, "final": 2000, "foreign": 2000},
+            W3_BASE: {"runs": 500, "final": 0, "foreign": 0},
+            "W4": {"runs": 500},
+            "floor": {"runs": 500},
+            "mem": {"runs": 2000},
+            "W5": {"duration": 1, "warmup": 0.5, "ids": 200},
+            "W6": {"runs": 500, "steps": 100, "step_runs": 3, "recorded": 100, "children": 20},
+            "W1cold": {"runs": 1000},
+            W1COLD_BASE: {"runs": 1000},
+        }
     if quick:
         return {
             "W1": {"runs": 4000},
@@ -231,6 +336,10 @@ def sizes(quick: bool) -> dict[str, dict[str, Any]]:
             "W4": {"runs": 4000},
             "floor": {"runs": 4000},
             "mem": {"runs": 10000},
+            "W5": {"duration": 3, "warmup": 1, "ids": 500},
+            "W6": {**W6_FULL, "runs": 4000, "step_runs": 5},
+            "W1cold": {"runs": 4000},
+            W1COLD_BASE: {"runs": 4000},
         }
     return {
         "W1": {"runs": 20000},
@@ -240,6 +349,10 @@ def sizes(quick: bool) -> dict[str, dict[str, Any]]:
         "W4": {"runs": 20000},
         "floor": {"runs": 20000},
         "mem": {"runs": 100000},
+        "W5": {"duration": 10, "warmup": 2, "ids": 1000},
+        "W6": dict(W6_FULL),
+        "W1cold": {"runs": 20000},
+        W1COLD_BASE: {"runs": 20000},
     }
 
 
@@ -252,7 +365,15 @@ def command(
     logdir: Path,
     profile: str | None,
 ) -> list[str]:
+    if workload == "W5":
+        return w5_command(system, dsn, size, logdir, profile)
+    if workload == "W6":
+        return w6_command(system, dsn, size, args, logdir)
     opts = ["--dsn", dsn, "--logdir", str(logdir), "--runs", str(size["runs"])]
+    if workload in ("W1cold", W1COLD_BASE):
+        opts = [*opts, "--workload", "W1cold" if workload == "W1cold" else "W1"]
+        opts += ["--inproc"] if system.endswith(INPROC) else []
+        return [sys.executable, str(BENCH / "runq_bench.py"), "run", *opts]
     if system in ("floor", "floor_fused"):
         mode = "fused" if system == "floor_fused" else "sequential"
         return [sys.executable, str(BENCH / "floor.py"), *opts, "--mode", mode]
@@ -269,6 +390,37 @@ def command(
         return [sys.executable, str(BENCH / "runq_bench.py"), "run", *opts]
     opts += ["--cap", str(args.cap)]
     return [str(PEER_PY), str(BENCH / "peers" / f"{base}_bench.py"), "run", *opts]
+
+
+def w5_command(
+    system: str, dsn: str, size: dict[str, Any], logdir: Path, profile: str | None
+) -> list[str]:
+    server, engine, auth = W5_SYSTEMS[system]
+    cmd = [sys.executable, str(BENCH / "w5_bench.py"), "--system", server, "--engine", engine]
+    cmd += ["--auth", auth, "--dsn", dsn, "--logdir", str(logdir)]
+    cmd += ["--duration", str(size["duration"]), "--warmup", str(size["warmup"])]
+    cmd += ["--ids", str(size["ids"])]
+    return cmd + (["--pyspy", profile, "--pyspy-scenario", "post_c16"] if profile else [])
+
+
+def w6_command(
+    system: str, dsn: str, size: dict[str, Any], args: argparse.Namespace, logdir: Path
+) -> list[str]:
+    script, role, extra = W6_SYSTEMS[system]
+    base = ["--dsn", dsn, "--logdir", str(logdir)]
+    if script == "runq_bench":
+        runs = ["--runs", str(size["runs"]), "--inproc"]
+        return [sys.executable, str(BENCH / "runq_bench.py"), "run", *base, *runs, *extra]
+    sized = {
+        "w1": ["--runs", str(size["runs"]), "--cap", str(args.cap), "--poll", str(args.dbos_poll)],
+        "steps": ["--steps", str(size["steps"]), "--runs", str(size["step_runs"])],
+        "recovery": ["--recorded", str(size["recorded"])],
+        "replay": ["--recorded", str(size["recorded"])],
+        "fanout": ["--children", str(args.children or size["children"])],
+    }[role]
+    if script == "dbos":
+        return [str(DBOS_PY), str(BENCH / "peers" / "dbos_bench.py"), role, *base, *sized]
+    return [sys.executable, str(BENCH / "w6_runq.py"), role, *base, *extra, *sized]
 
 
 async def measure(
@@ -435,12 +587,78 @@ def _inproc_ratios() -> None:
 _inproc_ratios()
 
 
+def _w5_ratios() -> None:
+    """W5: runq / floor (throughput and p99) per engine, scenario and connection count,
+    runq with ``auth = "key"`` / runq open, and the bare ASGI floor / the Litestar floor."""
+    for e in ("pg", "sqlite"):
+        for mode, c in W5_SCENARIOS:
+            name = f"{mode}_c{c}"
+            for m, key in (("rps", "rps"), ("p99", "p99_ms")):
+                metric = f"{name}_{key}"
+                RATIOS[f"w5_{e}_{name}_{m}_vs_floor"] = (
+                    ("W5", f"runq_{e}", metric),
+                    ("W5", f"floor_{e}", metric),
+                )
+                RATIOS[f"w5_{e}_{name}_{m}_asgi_vs_floor"] = (
+                    ("W5", f"asgi_{e}", metric),
+                    ("W5", f"floor_{e}", metric),
+                )
+            for m, key in (("rps", "rps"), ("p99", "p99_ms")):
+                RATIOS[f"w5_pg_{name}_{m}_key_vs_open"] = (
+                    ("W5", "runq_pg_key", f"{name}_{key}"),
+                    ("W5", "runq_pg", f"{name}_{key}"),
+                )
+
+
+_w5_ratios()
+RATIOS.update(
+    {
+        # W6
+        "w6_events10_vs_w1": (
+            ("W6", "runq_w1_events", "drain_rate"),
+            ("W6", "runq_w1", "drain_rate"),
+        ),
+        "w6_step_ms_vs_dbos": (
+            ("W6", "runq_steps_pg", "ms_per_step"),
+            ("W6", "dbos_steps", "ms_per_step"),
+        ),
+        "w6_step_ms_sqlite_vs_dbos": (
+            ("W6", "runq_steps_sqlite", "ms_per_step"),
+            ("W6", "dbos_steps", "ms_per_step"),
+        ),
+        "w6_w1_step_vs_dbos_w1": (
+            ("W6", "runq_w1_step", "drain_rate"),
+            ("W6", "dbos_w1", "drain_rate"),
+        ),
+        "w6_w1_step_vs_dbos_w1_step": (
+            ("W6", "runq_w1_step", "drain_rate"),
+            ("W6", "dbos_w1_step", "drain_rate"),
+        ),
+        "w6_w1_vs_dbos_w1": (("W6", "runq_w1", "drain_rate"), ("W6", "dbos_w1", "drain_rate")),
+        "w6_replay_vs_dbos": (
+            ("W6", "runq_replay_pg", "replay_s"),
+            ("W6", "dbos_recovery", "replay_s"),
+        ),
+        # W1cold: the drain on a pool that met an empty table, against the normal W1
+        "w1cold_vs_w1": (("W1cold", "runq", "drain_rate"), (W1COLD_BASE, "runq", "drain_rate")),
+        "inproc_w1cold_vs_w1": (
+            ("W1cold", "runq" + INPROC, "drain_rate"),
+            (W1COLD_BASE, "runq" + INPROC, "drain_rate"),
+        ),
+    }
+)
+
+
 def summarize(med: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
     def g(w: str, s: str, k: str) -> Any:
         return med.get(w, {}).get(s, {}).get(k)
 
     r: dict[str, Any] = {name: ratio(g(*num), g(*den)) for name, (num, den) in RATIOS.items()}
     r["mem_growth"] = g("mem", "runq", "rss_growth")
+    for system in ("runq", "runq" + INPROC):
+        suffix = "_inproc" if system.endswith(INPROC) else ""
+        r[f"w1cold_last_vs_first_tenth{suffix}"] = g("W1cold", system, "last_vs_first")
+        r[f"w1_last_vs_first_tenth{suffix}"] = g(W1COLD_BASE, system, "last_vs_first")
     return r
 
 
@@ -470,13 +688,10 @@ def render(
         f"runq bench — {meta['started']} — {meta['machine']['cores']} cores, "
         f"{meta['machine']['cpu']}, "
         f"PostgreSQL {meta['machine']['postgresql']}, {meta['repetitions']} repetition(s), "
-        f"{'quick' if meta['quick'] else 'full'} sizes; medians",
-        "",
-        "| workload | system | runs | submit runs/s | drain runs/s | worker CPU ms/run "
-        "| p50 ms | p95 ms | p99 ms | max ms | worker peak RSS MB |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"{'smoke' if meta.get('smoke') else 'quick' if meta['quick'] else 'full'} sizes; medians",
     ]
-    for w in [*WORKLOADS[:2], W3_BASE, *WORKLOADS[2:]]:
+    drains: list[str] = []
+    for w in ["W1", "W2", W3_BASE, "W3", "W4", "floor", "mem", W1COLD_BASE, "W1cold"]:
         for s in SYSTEMS[w]:
             m = med.get(w, {}).get(s)
             if not m:
@@ -486,13 +701,21 @@ def render(
                 + (" (SQLite)" if w == "W4" else "")
                 + (" *" if m.get("partial") else "")
             )
-            lines.append(
+            drains.append(
                 f"| {w} | {label} | {fmt(m.get('runs'))} | {fmt(m.get('submit_rate'), 0)} | "
                 f"{fmt(m.get('drain_rate'), 0)} | {fmt(m.get('cpu_per_run_ms'), 3)} | "
                 f"{fmt(m.get('p50_ms'), 2)} | "
                 f"{fmt(m.get('p95_ms'), 2)} | {fmt(m.get('p99_ms'), 2)} | "
                 f"{fmt(m.get('max_ms'), 2)} | {fmt(m.get('worker_peak_rss_mb'))} |"
             )
+    if drains:
+        lines += [
+            "",
+            "| workload | system | runs | submit runs/s | drain runs/s | worker CPU ms/run "
+            "| p50 ms | p95 ms | p99 ms | max ms | worker peak RSS MB |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            *drains,
+        ]
     if any(m.get("partial") for w in med.values() for m in w.values()):
         lines.append("")
         lines.append(
@@ -519,12 +742,16 @@ def render(
             f"{meta['concurrency']}): {', '.join(flights)}.",
         ]
     lines += head_to_head(med, ratios)
-    lines += ["", "| target | ratio | goal | result |", "| --- | ---: | ---: | --- |"]
-    for key, desc, op, thr in TARGETS:
-        v = ratios.get(key)
-        if v is None:
-            continue
-        lines.append(f"| {desc} | {fmt(v, 2)} | {op} {thr} | {check(v, op, thr)} |")
+    lines += render_w1cold(med)
+    lines += render_w5(med, ratios)
+    lines += render_w6(med, ratios)
+    checked = [
+        f"| {desc} | {fmt(ratios[key], 2)} | {op} {thr} | {check(ratios[key], op, thr)} |"
+        for key, desc, op, thr in TARGETS
+        if ratios.get(key) is not None
+    ]
+    if checked:
+        lines += ["", "| target | ratio | goal | result |", "| --- | ---: | ---: | --- |", *checked]
     extra = [k for k in ratios if k not in {t[0] for t in TARGETS} and ratios[k] is not None]
     lines += ["", "Other ratios: " + ", ".join(f"{k} {fmt(ratios[k], 2)}" for k in extra)]
     return "\n".join(lines)
@@ -539,6 +766,152 @@ HEAD_TO_HEAD = [
     ("W2 start latency p99, ms", "W2", "p99_ms", "w2_p99_vs_pgqueuer", "<= 1x", 2),
     ("W3 drain, runs/s", "W3", "drain_rate", "w3_drain_vs_pgqueuer", "", 0),
 ]
+
+
+def render_w1cold(med: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
+    """W1cold next to the normal W1: overall, first and last tenth of the drain."""
+    rows = []
+    for w, label in ((W1COLD_BASE, "normal W1"), ("W1cold", "pool opened on an empty table")):
+        for s in SYSTEMS[w]:
+            m = med.get(w, {}).get(s)
+            if m:
+                rows.append(
+                    f"| {label} | {label_of(s)} | {fmt(m.get('drain_rate'), 0)} | "
+                    f"{fmt(m.get('first_tenth_rate'), 0)} | {fmt(m.get('last_tenth_rate'), 0)} | "
+                    f"{fmt(m.get('last_vs_first'), 2)} |"
+                )
+    if not rows:
+        return []
+    return [
+        "",
+        "W1cold: drain rate (runs/s) overall and over the first and last tenth of the runs",
+        "",
+        "| | worker | overall | first tenth | last tenth | last ÷ first |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+        *rows,
+    ]
+
+
+def render_w5(med: dict[str, dict[str, dict[str, Any]]], ratios: dict[str, Any]) -> list[str]:
+    """W5 per engine: throughput and latency of each system, runq ÷ floor."""
+    w5 = med.get("W5", {})
+    out: list[str] = []
+    for e, engine in (("pg", "PostgreSQL"), ("sqlite", "SQLite")):
+        systems = [s for s in W5_SYSTEMS if s.endswith(f"_{e}") or s.startswith(f"runq_{e}_")]
+        systems = [s for s in systems if s in w5]
+        if not systems:
+            continue
+        head = " | ".join(f"{s} req/s | {s} p50 ms | {s} p99 ms" for s in systems)
+        out += [
+            "",
+            f"W5 HTTP submission, {engine} (wrk, medians; batch = 100 runs per request)",
+            "",
+            f"| scenario | {head} | runq ÷ floor req/s | runq ÷ floor p99 |",
+            "| --- |" + " ---: |" * (3 * len(systems) + 2),
+        ]
+        for mode, c in W5_SCENARIOS:
+            name = f"{mode}_c{c}"
+            cells = []
+            for s in systems:
+                m = w5[s]
+                cells += [
+                    fmt(m.get(f"{name}_rps"), 0),
+                    fmt(m.get(f"{name}_p50_ms"), 2),
+                    fmt(m.get(f"{name}_p99_ms"), 2),
+                ]
+            rps = fmt(ratios.get(f"w5_{e}_{name}_rps_vs_floor"), 2)
+            p99 = fmt(ratios.get(f"w5_{e}_{name}_p99_vs_floor"), 2)
+            out.append(f"| {name} | {' | '.join(cells)} | {rps} | {p99} |")
+        errors = {
+            s: sum(v for k, v in w5[s].items() if k.endswith("_errors") and isinstance(v, int))
+            for s in systems
+        }
+        if any(errors.values()):
+            out += ["", f"!! non-2xx or socket errors during W5 ({engine}): {errors}"]
+    return out
+
+
+def render_w6(med: dict[str, dict[str, dict[str, Any]]], ratios: dict[str, Any]) -> list[str]:
+    w6 = med.get("W6", {})
+    if not w6:
+        return []
+
+    def cell(system: str, key: str, digits: int = 1) -> str:
+        m = w6.get(system)
+        if m is None:
+            return "-"
+        if "skipped" in m:
+            return "skipped"
+        return fmt(m.get(key), digits)
+
+    rows = [
+        (
+            "W1 drain, no-op, runs/s",
+            cell("runq_w1", "drain_rate", 0),
+            cell("dbos_w1", "drain_rate", 0),
+            "w6_w1_vs_dbos_w1",
+        ),
+        (
+            "W1 drain, 10 events per run, runs/s",
+            cell("runq_w1_events", "drain_rate", 0),
+            "",
+            "w6_events10_vs_w1",
+        ),
+        (
+            "W1 drain, one step per run, runs/s",
+            cell("runq_w1_step", "drain_rate", 0),
+            cell("dbos_w1_step", "drain_rate", 0),
+            "w6_w1_step_vs_dbos_w1_step",
+        ),
+        (
+            "per-step overhead, PostgreSQL, ms",
+            cell("runq_steps_pg", "ms_per_step", 3),
+            cell("dbos_steps", "ms_per_step", 3),
+            "w6_step_ms_vs_dbos",
+        ),
+        (
+            "per-step overhead, SQLite, ms",
+            cell("runq_steps_sqlite", "ms_per_step", 3),
+            "",
+            "w6_step_ms_sqlite_vs_dbos",
+        ),
+        (
+            "replay of the recorded steps to the first new one, s",
+            cell("runq_replay_pg", "replay_s", 3),
+            cell("dbos_recovery", "replay_s", 3),
+            "w6_replay_vs_dbos",
+        ),
+        (
+            "restart after SIGKILL to the first new step, s",
+            "",
+            cell("dbos_recovery", "restart_s", 3),
+            "",
+        ),
+        ("fan-out/fan-in: children/s", cell("runq_fanout_pg", "children_per_s", 0), "", ""),
+        (
+            "fan-out/fan-in: parent's wake delay, ms",
+            cell("runq_fanout_pg", "wake_delay_ms", 1),
+            "",
+            "",
+        ),
+    ]
+    out = [
+        "",
+        "W6 durable features (runq in-process or one runq serve; DBOS Transact in-process)",
+        "",
+        "| | runq | DBOS | ratio |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for label, a, b, key in rows:
+        out.append(f"| {label} | {a} | {b} | {fmt(ratios.get(key), 2) if key else ''} |")
+    out.append(
+        f"\nW1 with a step per run ÷ DBOS's no-op W1: {fmt(ratios.get('w6_w1_step_vs_dbos_w1'), 2)}"
+        " (goal >= 2)."
+    )
+    skipped = sorted({m["skipped"] for m in w6.values() if "skipped" in m})
+    if skipped:
+        out += ["", *(f"skipped: {reason}" for reason in skipped)]
+    return out
 
 
 def head_to_head(med: dict[str, dict[str, dict[str, Any]]], ratios: dict[str, Any]) -> list[str]:
@@ -588,10 +961,14 @@ async def main_async(args: argparse.Namespace) -> int:
     if unknown:
         say(f"unknown workload(s) {unknown}; choose from {WORKLOADS}")
         return 2
-    reps = args.reps or (1 if args.quick else 3)
+    reps = args.reps or (1 if args.quick or args.smoke else 3)
     variants = VARIANTS if args.variant == "both" else [args.variant]
-    size = sizes(args.quick)
+    size = sizes(args.quick, args.smoke)
+    if args.w5_asgi:
+        SYSTEMS["W5"] = list(W5_SYSTEMS)
     versions = ensure_peers(args.reinstall_peers)
+    if "W6" in selected:
+        versions.update(ensure_dbos(args.reinstall_peers))
     machine = machine_info({**versions, **(await pg_info(args.dsn))})
     logdir = RESULTS / "logs"
     logdir.mkdir(parents=True, exist_ok=True)
@@ -612,20 +989,23 @@ async def main_async(args: argparse.Namespace) -> int:
     plan: list[tuple[int, str, str]] = []
     if "W3" in selected:
         selected.insert(selected.index("W3"), W3_BASE)
+    if "W1cold" in selected:
+        selected.insert(selected.index("W1cold"), W1COLD_BASE)
     for rep in range(1, reps + 1):
         for w in selected:
             if w == "mem" and rep > 1:
                 continue  # one long drain is the measurement
             for s in SYSTEMS[w]:
-                if variant_of(s) in variants:
+                if w in VARIANT_FREE or variant_of(s) in variants:
                     plan.append((rep, w, s))
     raw: dict[str, dict[str, list[dict[str, Any]]]] = {}
     failures: list[str] = []
     profiled: list[Path] = []
     for i, (rep, w, s) in enumerate(plan, 1):
         profile = None
-        spy_out = RESULTS / f"profile_w1_{s}.txt"
-        if args.profile and w == "W1" and s in PROFILED and spy_out not in profiled:
+        spy_out = RESULTS / f"profile_{w.lower()}_{s}.txt"
+        profiled_here = (w == "W1" and s in PROFILED) or (w == "W5" and s == "runq_pg")
+        if args.profile and profiled_here and spy_out not in profiled:
             profile = str(spy_out)
             profiled.append(spy_out)
         say(f"[{i}/{len(plan)}] rep {rep} {w} {s} ({time.monotonic() - t_start:.0f}s elapsed)")
@@ -634,6 +1014,9 @@ async def main_async(args: argparse.Namespace) -> int:
             failures.append(f"rep {rep} {w} {s}")
             continue
         raw.setdefault(w, {}).setdefault(s, []).append(res)
+        if "skipped" in res:
+            say(f"      -> skipped: {res['skipped']}")
+            continue
         brief = {
             k: res[k]
             for k in (
@@ -645,6 +1028,14 @@ async def main_async(args: argparse.Namespace) -> int:
                 "worker_peak_rss_mb",
                 "rss_growth",
                 "partial",
+                "last_vs_first",
+                "post_c16_rps",
+                "post_c16_p99_ms",
+                "ms_per_step",
+                "replay_s",
+                "restart_s",
+                "children_per_s",
+                "wake_delay_ms",
             )
             if k in res
         }
@@ -657,6 +1048,7 @@ async def main_async(args: argparse.Namespace) -> int:
         "quick": args.quick,
         "repetitions": reps,
         "sizes": {w: size[w] for w in selected},
+        "smoke": args.smoke,
         "concurrency": 16,
         "variants": variants,
         "peer_cap_seconds": args.cap,
@@ -666,8 +1058,9 @@ async def main_async(args: argparse.Namespace) -> int:
     }
     for raw_profile in profiled:
         if raw_profile.exists():
+            kind = ["--buckets", "http"] if raw_profile.name.startswith("profile_w5_") else []
             top = subprocess.run(  # noqa: ASYNC221 - once, after every measurement
-                [sys.executable, str(BENCH / "profile_top.py"), str(raw_profile)],
+                [sys.executable, str(BENCH / "profile_top.py"), str(raw_profile), *kind],
                 capture_output=True,
                 text=True,
             ).stdout
@@ -689,6 +1082,8 @@ async def main_async(args: argparse.Namespace) -> int:
     name = "quick" if args.quick else "latest"
     if (args.only or args.variant != "both") and not args.quick:
         name = "partial"
+    if args.smoke:
+        name = "smoke"
     (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=2) + "\n")
     (RESULTS / f"{name}.md").write_text(table + "\n")
     say(f"\nwrote {(RESULTS / f'{name}.json').relative_to(ROOT)} in {meta['seconds']:.0f}s")
@@ -702,6 +1097,11 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--quick", action="store_true", help="smaller workloads, 1 repetition")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny workloads, 1 repetition, seconds each: checks the harnesses, measures nothing",
+    )
     p.add_argument("--only", default="", help="comma-separated workloads: " + ",".join(WORKLOADS))
     p.add_argument(
         "--reps", "--repeat", type=int, default=0, help="repetitions (default 3, quick 1)"
@@ -723,6 +1123,23 @@ def main() -> None:
         "--profile",
         action="store_true",
         help="py-spy the runq workers and PgQueuer's in-process one during their first W1 drain",
+    )
+    p.add_argument(
+        "--w5-asgi",
+        action="store_true",
+        help="W5: also measure the floor as a bare ASGI callable (the framework's share)",
+    )
+    p.add_argument(
+        "--children",
+        type=int,
+        default=0,
+        help="W6: children of the fan-out (default 1,000; issue 27 asks for 10,000 too)",
+    )
+    p.add_argument(
+        "--dbos-poll",
+        type=float,
+        default=0.01,
+        help="W6: DBOS's queue polling_interval_sec (its default 1.0 caps 16 slots at 16/s)",
     )
     p.add_argument("--reinstall-peers", action="store_true")
     p.add_argument("--keep-dbs", action="store_true", help="do not drop the bench databases")

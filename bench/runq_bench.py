@@ -22,7 +22,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,8 @@ listen = ""
 [components]
 "task/noop" = "bench_components:noop"
 "task/record" = "bench_components:record_start"
+"task/emit10" = "bench_components:emit_ten"
+"task/step1" = "bench_components:one_step"
 """
     )
 
@@ -150,6 +152,40 @@ class Target:
             )
         )
 
+    async def tenths(self, since: float) -> dict[str, Any]:
+        """The drain rate of each tenth of the measured runs, in completion order (W1cold:
+        does the drain slow down as the table grows under plans made on an empty one?)."""
+        stamps = [
+            float(r[0])
+            for r in await self.rows(
+                f"SELECT completed_at FROM {self.table} WHERE status = 'completed' "
+                "AND deployment_id = '' AND completed_at > $1 ORDER BY completed_at",
+                since,
+            )
+        ]
+        return common.tenth_rates(stamps)
+
+    async def rows(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        if self._lite is not None:
+            return [tuple(r) for r in self._lite.execute(sql.replace("$1", "?"), args)]
+        assert self._pg is not None
+        return [tuple(r) for r in await self._pg.fetch(sql, *args)]
+
+    async def autovacuum_off(self) -> list[str]:
+        """``autovacuum_enabled = false`` on every table of runq's schema (the tables' own
+        storage parameter: the server's settings stay as they are), so no auto-analyze
+        replaces the plans the worker makes on the empty table."""
+        assert self._pg is not None
+        tables = [
+            r["tablename"]
+            for r in await self._pg.fetch(
+                "SELECT tablename FROM pg_tables WHERE schemaname = $1", SCHEMA
+            )
+        ]
+        for t in tables:
+            await self._pg.execute(f'ALTER TABLE {SCHEMA}."{t}" SET (autovacuum_enabled = false)')
+        return tables
+
     async def window(self, since: float) -> tuple[int, float | None, float | None]:
         n, a, b = await self.row(
             f"SELECT count(*), min(completed_at), max(completed_at) FROM {self.table} "
@@ -209,6 +245,26 @@ async def prefill(target: Target, final: int, foreign: int) -> None:
     await target._pg.execute(f"VACUUM ANALYZE {target.table}")
 
 
+#: W1cold's warm-up: rounds of runs drained one after the other before the measured runs
+#: arrive, so every connection of the worker's pool has run its statements on a table of
+#: at most a few dozen rows (one or two pages, never analyzed).
+COLD_ROUNDS = 3
+
+
+async def cold_warm_up(q: Queue, target: Target, worker: Any, concurrency: int) -> None:
+    per_round = 2 * concurrency
+    for r in range(COLD_ROUNDS):
+        await bulk_submit(q, "noop", per_round, per_round)
+        await common.drain_watch(
+            lambda: target.remaining("noop"),
+            per_round,
+            timeout=120,
+            poll=0.05,
+            worker=worker,
+            label=f"cold warm-up {r + 1}",
+        )
+
+
 @asynccontextmanager
 async def inproc_worker(config: Config) -> AsyncIterator[Supervisor]:
     """``runq serve`` without the process: the supervisor on its own ``Queue`` (its own
@@ -224,19 +280,31 @@ async def inproc_worker(config: Config) -> AsyncIterator[Supervisor]:
                 supervisor.request_stop()
 
 
+BeforeDrain = Callable[[Any], Awaitable[None]]
+
+
 async def inproc_drain(
-    args: argparse.Namespace, config: Config, target: Target, n: int
+    args: argparse.Namespace,
+    config: Config,
+    target: Target,
+    n: int,
+    before_drain: BeforeDrain | None = None,
 ) -> dict[str, Any]:
     """W1/W3/W4 with the worker in this process: drain timed from the first handler call
-    to the last completion committed, CPU per run this process's CPU across it."""
+    to the last completion committed, CPU per run this process's CPU across it.
+    ``before_drain(None)`` runs once the worker is up (W1cold: warm-up, then the submit)."""
     probe = common.PROBE
     sampler = common.RssSampler(os.getpid(), interval=0.5).start()
     spy = common.PySpy(args.pyspy, os.getpid())
     try:
         # A supervisor that fails cancels this block through its task group.
         async with inproc_worker(config):
+            if before_drain is not None:
+                await before_drain(None)
+                probe.first_wall = probe.first_cpu = probe.first_times = None
+                probe.calls = 0
             polled = await common.drain_watch(
-                lambda: target.remaining("noop"),
+                lambda: target.remaining(args.component),
                 n,
                 timeout=args.timeout,
                 poll=0.1,
@@ -256,17 +324,29 @@ async def inproc_drain(
 
 
 async def subprocess_drain(
-    args: argparse.Namespace, cfg: Path, env: dict[str, str], target: Target, n: int
+    args: argparse.Namespace,
+    cfg: Path,
+    env: dict[str, str],
+    target: Target,
+    n: int,
+    before_drain: BeforeDrain | None = None,
 ) -> tuple[dict[str, Any], list[int], int]:
     log_path = Path(args.logdir) / f"runq_{args.workload}_worker.log"
     proc = serve(cfg, log_path, env)
+    if before_drain is not None:
+        try:
+            await before_drain(proc)
+        except BaseException:
+            common.log(common.tail(log_path))
+            common.stop_process(proc)
+            raise
     sampler = common.RssSampler(proc.pid).start()
     spy = common.PySpy(args.pyspy, proc.pid)
     cpu_first = common.CpuFromFirstProgress(proc.pid)
     early_kb: list[int] = []
 
     async def remaining() -> int:
-        left = await target.remaining("noop")
+        left = await target.remaining(args.component)
         if not early_kb and n - left >= common.MEM_EARLY:
             early_kb.append(sampler.sample())
         return left
@@ -304,37 +384,58 @@ async def drain_workload(
     n = args.runs
     config = load_config(cfg, environ=env)
     target = Target(config.store.url)
+    cold = args.workload == "W1cold"
     async with Queue.open(config=config) as q:
         await target.open()
         try:
             if args.workload == "W3":
                 common.log(f"prefill {args.final} final + {args.foreign} foreign")
                 await prefill(target, args.final, args.foreign)
-            common.log(f"bulk submit {n}")
-            submit_rate = await bulk_submit(q, "noop", n, args.batch)
-            since = await q.store.now()
+            before: BeforeDrain | None = None
+            submitted: dict[str, float] = {}
+            if cold:
+                tables = await target.autovacuum_off()
+                common.log(f"autovacuum_enabled = false on {len(tables)} tables of {SCHEMA}")
+
+                async def before(worker: Any) -> None:
+                    # The worker's pool meets an empty table: its claims, completions and
+                    # the rest are prepared (generic plans) on it, then the runs arrive.
+                    await cold_warm_up(q, target, worker, args.concurrency)
+                    submitted["since"] = await q.store.now()
+                    common.log(f"bulk submit {n} with the worker running")
+                    submitted["rate"] = await bulk_submit(q, args.component, n, args.batch)
+
+            else:
+                common.log(f"bulk submit {n}")
+                submitted["rate"] = await bulk_submit(q, args.component, n, args.batch)
+                submitted["since"] = await q.store.now()
             x0 = await target.xacts()
             early_kb: list[int] = []
             end_kb = 0
             if args.inproc:
-                worker = await inproc_drain(args, config, target, n)
+                worker = await inproc_drain(args, config, target, n, before)
             else:
-                worker, early_kb, end_kb = await subprocess_drain(args, cfg, env, target, n)
+                worker, early_kb, end_kb = await subprocess_drain(args, cfg, env, target, n, before)
+            since, submit_rate = submitted["since"], submitted["rate"]
             done, first, last = await target.window(since)
+            tenths = await target.tenths(since)
             in_flight = await target.max_in_flight(since)
             await asyncio.sleep(0.6)
             x1 = await target.xacts()
         finally:
             await target.close()
-    if args.inproc:
+    if args.inproc and not cold:
         rate = common.inproc_rate(done, worker.pop("first_call"), last)
     else:
+        # W1cold: the runs arrive while the worker runs, so the window is the database's.
+        worker.pop("first_call", None)
         rate = common.window_rate(done, first, last)
     res: dict[str, Any] = {
         "submit_rate": round(submit_rate, 1),
         "drain_rate": rate or worker["polled_rate"],
         **worker,
         "max_in_flight": in_flight,
+        **tenths,
     }
     if x0 is not None and x1 is not None:
         res["xacts_per_1k_runs"] = round((x1 - x0) * 1000 / max(done, 1), 1)
@@ -444,6 +545,9 @@ async def produce_main(args: argparse.Namespace) -> None:
 
 
 async def run_main(args: argparse.Namespace) -> None:
+    if args.component == "step1" and not hasattr(runq.RunContext, "step"):
+        common.emit({"skipped": "runq.RunContext has no step() yet (recorded steps, issue 26)"})
+        return
     workdir = Path(args.logdir) / f"runq_{args.workload}"
     workdir.mkdir(parents=True, exist_ok=True)
     if args.workload == "W4":
@@ -477,6 +581,7 @@ async def run_main(args: argparse.Namespace) -> None:
         engine="sqlite" if args.workload == "W4" else "postgres",
         variant="inproc" if args.inproc else "subprocess",
         version=getattr(runq, "__version__", "0.1.0"),
+        component=args.component,
     )
     common.emit(res)
 
@@ -491,7 +596,13 @@ def main() -> None:
         help="host the worker (its supervisor) in this process on the standard asyncio loop",
     )
     p.add_argument("--dsn", default="")
-    p.add_argument("--workload", default="W1", choices=["W1", "W2", "W3", "W4", "mem"])
+    p.add_argument("--workload", default="W1", choices=["W1", "W2", "W3", "W4", "mem", "W1cold"])
+    p.add_argument(
+        "--component",
+        default="noop",
+        choices=["noop", "emit10", "step1"],
+        help="the handler of the drained runs: a no-op, 10 ctx.emit events, or one ctx.step",
+    )
     p.add_argument("--runs", type=int, default=common.W1_RUNS)
     p.add_argument("--final", type=int, default=common.W3_FINAL)
     p.add_argument("--foreign", type=int, default=common.W3_FOREIGN)
