@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import itertools
 import json
 import math
 import os
+import secrets
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -498,3 +501,64 @@ def env_with(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(extra)
     return env
+
+
+# -- runq's configuration and environment --------------------------------------------------
+
+
+def new_seal_key() -> str:
+    """A seal key as ``runq keys generate`` prints it: url-safe base64 of 32 random bytes."""
+    return base64.urlsafe_b64encode(secrets.token_bytes(32)).decode().rstrip("=")
+
+
+def runq_env(seal_key: str) -> dict[str, str]:
+    """The environment of a ``runq serve`` (or a process loading the same config): the seal
+    key, ``bench/`` importable for ``bench_components``, no ``RUNQ_CONFIG`` of the caller."""
+    env = env_with(
+        RUNQ_SEAL_KEY=seal_key,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(BENCH_DIR), os.environ.get("PYTHONPATH")])),
+    )
+    env.pop("RUNQ_CONFIG", None)
+    return env
+
+
+def runq_config_text(
+    url: str,
+    *,
+    queue: dict[str, Any],
+    components: dict[str, str],
+    http: dict[str, Any] | None = None,
+    schema: str = "runq",
+) -> str:
+    """A bench run's runq.toml: the store, ``[queue]`` and ``[http]`` as given (HTTP off
+    by default), sealing from ``RUNQ_SEAL_KEY`` on PostgreSQL (SQLite: the default key
+    file), the transport that wakes claimers on that engine, and ``components``
+    (``"type/id" = "module:function"``). Values are written as JSON, which TOML reads."""
+    postgres = url.startswith("postgres")
+
+    def table(name: str, values: dict[str, Any]) -> str:
+        return "\n".join(
+            [f"[{name}]", *(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in values.items())]
+        )
+
+    parts = [
+        table("store", {"url": url, "schema": schema}),
+        table("queue", queue),
+        table("http", http or {"listen": ""}),
+        *([table("seal", {"keys": ["env:RUNQ_SEAL_KEY"]})] if postgres else []),
+        table("routing", {"*": "postgres" if postgres else "local"}),
+        table("components", components),
+    ]
+    return "\n\n".join(parts) + "\n"
+
+
+def step_summary(ms_per_step: Sequence[float]) -> dict[str, Any]:
+    """W6's per-step overhead over several runs or workflows: median, min, max, steps/s."""
+    ms = sorted(ms_per_step)
+    median = statistics.median(ms)
+    return {
+        "ms_per_step": round(median, 4),
+        "ms_per_step_min": round(ms[0], 4),
+        "ms_per_step_max": round(ms[-1], 4),
+        "steps_per_s": round(1000 / median, 1) if median > 0 else None,
+    }

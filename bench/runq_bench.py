@@ -34,11 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 
 import runq
+from runq import Actor, Queue
 from runq.config import Config, load_config
 from runq.log import configure_logging
-from runq.model import Actor
-from runq.queue import Queue
-from runq.seal import generate_key
 from runq.serve.supervisor import Supervisor
 from runq.store import rows as store_common
 
@@ -48,31 +46,18 @@ SCHEMA = "runq"
 OTHER_DEPLOYMENT = "other-service"
 
 
-def write_config(path: Path, *, url: str, transport: str, concurrency: int) -> None:
-    seal = '[seal]\nkeys = ["env:RUNQ_SEAL_KEY"]\n' if url.startswith("postgres") else ""
-    path.write_text(
-        f"""[store]
-url = "{url}"
-schema = "{SCHEMA}"
+#: The handlers runq_bench's runs use (bench_components, on PYTHONPATH).
+COMPONENTS = {
+    "task/noop": "bench_components:noop",
+    "task/record": "bench_components:record_start",
+    "task/emit10": "bench_components:emit_ten",
+    "task/step1": "bench_components:one_step",
+}
 
-[queue]
-max_concurrency = {concurrency}
-max_queue_depth = 0
 
-[http]
-listen = ""
-
-{seal}
-[routing]
-"*" = "{transport}"
-
-[components]
-"task/noop" = "bench_components:noop"
-"task/record" = "bench_components:record_start"
-"task/emit10" = "bench_components:emit_ten"
-"task/step1" = "bench_components:one_step"
-"""
-    )
+def write_config(path: Path, *, url: str, concurrency: int) -> None:
+    queue = {"max_concurrency": concurrency, "max_queue_depth": 0}
+    path.write_text(common.runq_config_text(url, queue=queue, components=COMPONENTS))
 
 
 class Target:
@@ -554,18 +539,12 @@ async def run_main(args: argparse.Namespace) -> None:
         db = workdir / "bench.db"
         for p in workdir.glob("bench.db*"):
             p.unlink()
-        url, transport = f"sqlite:///{db}", "local"
+        url = f"sqlite:///{db}"
     else:
-        url, transport = args.dsn, "postgres"
+        url = args.dsn
     cfg = workdir / "runq.toml"
-    write_config(cfg, url=url, transport=transport, concurrency=args.concurrency)
-    env = common.env_with(
-        RUNQ_SEAL_KEY=generate_key(),
-        PYTHONPATH=os.pathsep.join(
-            filter(None, [str(common.BENCH_DIR), os.environ.get("PYTHONPATH")])
-        ),
-    )
-    env.pop("RUNQ_CONFIG", None)
+    write_config(cfg, url=url, concurrency=args.concurrency)
+    env = common.runq_env(common.new_seal_key())
     os.environ.update({"RUNQ_SEAL_KEY": env["RUNQ_SEAL_KEY"]})
     if args.inproc:
         configure_logging("json", level=logging.INFO)  # as `runq serve --log-format json`

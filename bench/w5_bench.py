@@ -71,30 +71,11 @@ def pinned(cmd: list[str], cpu: str | None) -> list[str]:
 
 
 def runq_config(path: Path, *, url: str, port: int, auth: str) -> None:
-    postgres = url.startswith("postgres")
-    seal = '[seal]\nkeys = ["env:RUNQ_SEAL_KEY"]\n' if postgres else ""
-    path.write_text(
-        f"""[store]
-url = "{url}"
-schema = "{SCHEMA}"
-
-[queue]
-worker = false
-max_queue_depth = 0
-max_delayed = 0
-
-[http]
-listen = "127.0.0.1:{port}"
-auth = "{auth}"
-
-{seal}
-[routing]
-"*" = "{"postgres" if postgres else "local"}"
-
-[components]
-"task/noop" = "bench_components:noop"
-"""
-    )
+    # API only: the runs stay queued and no claimer competes for the server's core.
+    queue = {"worker": False, "max_queue_depth": 0, "max_delayed": 0}
+    http = {"listen": f"127.0.0.1:{port}", "auth": auth}
+    components = {"task/noop": "bench_components:noop"}
+    path.write_text(common.runq_config_text(url, queue=queue, http=http, components=components))
 
 
 def bodies(workdir: Path) -> tuple[Path, Path]:
@@ -118,14 +99,7 @@ class Server:
         self.api_key = secrets.token_urlsafe(32)
         self.headers = {"Authorization": f"Bearer {self.api_key}"} if args.auth == "key" else {}
         self.log_path = Path(args.logdir) / f"w5_{args.system}_{args.engine}_{args.auth}.log"
-        self.env = common.env_with(
-            RUNQ_SEAL_KEY=_seal_key(),
-            RUNQ_API_KEY=self.api_key,
-            PYTHONPATH=os.pathsep.join(
-                filter(None, [str(common.BENCH_DIR), os.environ.get("PYTHONPATH")])
-            ),
-        )
-        self.env.pop("RUNQ_CONFIG", None)
+        self.env = {**common.runq_env(common.new_seal_key()), "RUNQ_API_KEY": self.api_key}
         self.proc: subprocess.Popen[Any] | None = None
 
     def url(self) -> str:
@@ -188,14 +162,6 @@ class Server:
         return common.stop_process(self.proc) if self.proc is not None else None
 
 
-def _seal_key() -> str:
-    # The project's own key generator would import runq; a seal key is 32 random bytes in
-    # url-safe base64, which `runq keys generate` prints too.
-    import base64
-
-    return base64.urlsafe_b64encode(secrets.token_bytes(32)).decode().rstrip("=")
-
-
 def wrk(
     server: Server,
     mode: str,
@@ -224,6 +190,9 @@ def summarize(raw: dict[str, Any], mode: str, cpu_s: float | None) -> dict[str, 
     n = raw["requests"]
     rps = n / raw["seconds"] if raw["seconds"] else 0.0
     errors = sum(raw[k] for k in raw if k.startswith("errors_"))
+    if n == 0:
+        # Not one response within the run (too short for this load): no latency to report.
+        return {"rps": 0.0, "requests": 0, "errors": errors}
     out = {
         "rps": round(rps, 1),
         "p50_ms": round(raw["lat_p50_us"] / 1000, 3),

@@ -28,10 +28,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import os
-import secrets
-import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -59,43 +57,39 @@ def missing_capability(role: str) -> str | None:
     return f"runq.RunContext has no {', '.join(n + '()' for n in absent)} yet ({ISSUE[role]})"
 
 
+COMPONENTS = {
+    "task/noop": "bench_components:noop",
+    "task/steps": "bench_components:many_steps",
+    "task/replay": "bench_components:replay_steps",
+    "task/fanout": "bench_components:fan_out",
+}
+
+
 def write_config(path: Path, url: str, concurrency: int) -> None:
-    postgres = url.startswith("postgres")
-    seal = '[seal]\nkeys = ["env:RUNQ_SEAL_KEY"]\n' if postgres else ""
-    path.write_text(
-        f"""[store]
-url = "{url}"
-schema = "{SCHEMA}"
-
-[queue]
-max_concurrency = {concurrency}
-max_queue_depth = 0
-max_attempts = 2
-retry_delay_seconds = 0
-
-[http]
-listen = ""
-
-{seal}
-[routing]
-"*" = "{"postgres" if postgres else "local"}"
-
-[components]
-"task/noop" = "bench_components:noop"
-"task/steps" = "bench_components:many_steps"
-"task/replay" = "bench_components:replay_steps"
-"task/fanout" = "bench_components:fan_out"
-"""
-    )
+    queue = {
+        "max_concurrency": concurrency,
+        "max_queue_depth": 0,
+        "max_attempts": 2,  # replay: the planned failure, then the retry
+        "retry_delay_seconds": 0,
+    }
+    path.write_text(common.runq_config_text(url, queue=queue, components=COMPONENTS))
 
 
-async def wait_final(q: Any, run_ids: list[str], timeout: float) -> list[Any]:  # noqa: ASYNC109
-    """The runs once every one is final (polled through ``Queue.get``)."""
+async def wait_final(
+    q: Any,
+    run_ids: list[str],
+    timeout: float,  # noqa: ASYNC109 - a deadline for all the runs
+    worker: subprocess.Popen[Any],
+) -> list[Any]:
+    """The runs once every one is final (polled through ``Queue.get``); fails at once when
+    the worker exits."""
     deadline = time.monotonic() + timeout
     while True:
         runs = [await q.get(run_id) for run_id in run_ids]
         if all(r is not None and r.is_final for r in runs):
             return runs
+        if worker.poll() is not None:
+            raise RuntimeError(f"runq serve exited with {worker.returncode}")
         if time.monotonic() > deadline:
             raise TimeoutError(f"runs not final after {timeout}s: {run_ids[:3]}...")
         await asyncio.sleep(0.05)
@@ -107,39 +101,38 @@ def answer_of(run: Any) -> dict[str, Any]:
     return dict(run.answer)
 
 
-async def role_steps(args: argparse.Namespace, q: Any) -> dict[str, Any]:
+async def role_steps(
+    args: argparse.Namespace, q: Any, worker: subprocess.Popen[Any]
+) -> dict[str, Any]:
     ids = []
     for _ in range(args.runs):
         result = await q.defer("task", "steps", {"steps": args.steps})
         ids.append(result.run.id)
-    runs = await wait_final(q, ids, args.timeout)
-    ms = sorted(answer_of(r)["ms_per_step"] for r in runs)
-    return {
-        "ms_per_step": round(statistics.median(ms), 4),
-        "ms_per_step_min": round(ms[0], 4),
-        "ms_per_step_max": round(ms[-1], 4),
-        "steps_per_s": round(1000 / statistics.median(ms), 1),
-        "steps": args.steps,
-        "runs": args.runs,
-    }
+    runs = await wait_final(q, ids, args.timeout, worker)
+    summary = common.step_summary([answer_of(r)["ms_per_step"] for r in runs])
+    return {**summary, "steps": args.steps, "runs": args.runs}
 
 
-async def role_replay(args: argparse.Namespace, q: Any, workdir: Path) -> dict[str, Any]:
+async def role_replay(
+    args: argparse.Namespace, q: Any, worker: subprocess.Popen[Any], workdir: Path
+) -> dict[str, Any]:
     marker = workdir / "replay.marker"
     marker.unlink(missing_ok=True)
     result = await q.defer("task", "replay", {"recorded": args.recorded, "marker": str(marker)})
-    (run,) = await wait_final(q, [result.run.id], args.timeout)
+    (run,) = await wait_final(q, [result.run.id], args.timeout, worker)
     answer = answer_of(run)
     return {"recorded": args.recorded, "replay_s": round(answer["replay_s"], 4)}
 
 
-async def role_fanout(args: argparse.Namespace, q: Any, workdir: Path, url: str) -> dict[str, Any]:
+async def role_fanout(
+    args: argparse.Namespace, q: Any, worker: subprocess.Popen[Any], workdir: Path, url: str
+) -> dict[str, Any]:
     marker = workdir / "fanout.marker"
     marker.unlink(missing_ok=True)
     payload = {"children": args.children, "marker": str(marker)}
     result = await q.defer("task", "fanout", payload)
     parent_id = result.run.id
-    (run,) = await wait_final(q, [parent_id], args.timeout)
+    (run,) = await wait_final(q, [parent_id], args.timeout, worker)
     answer = answer_of(run)
     # The database holds the parent and its children only (a fresh one per measurement).
     con = await asyncpg.connect(url)
@@ -176,15 +169,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         url = args.dsn
     cfg = workdir / "runq.toml"
     write_config(cfg, url, 1 if args.role == "steps" else common.CONCURRENCY)
-    key = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode().rstrip("=")
-    env = common.env_with(
-        RUNQ_SEAL_KEY=key,
-        PYTHONPATH=os.pathsep.join(
-            filter(None, [str(common.BENCH_DIR), os.environ.get("PYTHONPATH")])
-        ),
-    )
-    env.pop("RUNQ_CONFIG", None)
-    os.environ["RUNQ_SEAL_KEY"] = key
+    env = common.runq_env(common.new_seal_key())
+    os.environ["RUNQ_SEAL_KEY"] = env["RUNQ_SEAL_KEY"]
     config = load_config(cfg, environ=env)
     log_path = Path(args.logdir) / f"w6_runq_{args.role}_{args.engine}_worker.log"
     async with runq.Queue.open(config=config) as q:
@@ -195,10 +181,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         )
         try:
             if args.role == "steps":
-                return await role_steps(args, q)
+                return await role_steps(args, q, proc)
             if args.role == "replay":
-                return await role_replay(args, q, workdir)
-            return await role_fanout(args, q, workdir, url)
+                return await role_replay(args, q, proc, workdir)
+            return await role_fanout(args, q, proc, workdir, url)
         except Exception:
             common.log(common.tail(log_path))
             raise

@@ -40,7 +40,6 @@ import asyncio
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -224,15 +223,8 @@ async def steps(args: argparse.Namespace) -> dict[str, Any]:
         per_step = [await many_steps(args.steps) for _ in range(args.runs)]
     finally:
         DBOS.destroy()
-    ms = sorted(x * 1000 for x in per_step)
-    return {
-        "ms_per_step": round(statistics.median(ms), 4),
-        "ms_per_step_min": round(ms[0], 4),
-        "ms_per_step_max": round(ms[-1], 4),
-        "steps_per_s": round(1000 / statistics.median(ms), 1),
-        "steps": args.steps,
-        "workflows": args.runs,
-    }
+    summary = common.step_summary([x * 1000 for x in per_step])
+    return {**summary, "steps": args.steps, "workflows": args.runs}
 
 
 def recovery_child(args: argparse.Namespace) -> None:

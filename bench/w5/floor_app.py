@@ -300,8 +300,8 @@ def asgi_app(store: Store) -> Any:
                 items = [Accepted(run_id=r[0], session_id=None, status="queued") for r in rows]
                 await answer(send, 202, {"items": items})
             elif method == "GET" and path.startswith("/runs/"):
-                row = await store.get(path.removeprefix("/runs/"))
-                await answer(send, 200 if row else 404, row or {"error": "not_found"})
+                found = await store.get(path.removeprefix("/runs/"))
+                await answer(send, 200 if found else 404, found or {"error": "not_found"})
             elif method == "GET" and path == "/healthz":
                 await answer(send, 200, {"status": "ok"})
             else:
