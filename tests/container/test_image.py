@@ -24,7 +24,8 @@ from container.podman import exit_code, podman, podman_json, removed_afterwards,
 from container.runq_container import log_events, show_run, start_runq, stop
 from runq.seal import generate_key
 
-pytestmark = [pytest.mark.daemon, pytest.mark.timeout(600)]
+# One xdist worker builds the images and runs these; the others go on with the suite.
+pytestmark = [pytest.mark.daemon, pytest.mark.timeout(600), pytest.mark.xdist_group("container")]
 
 RUNQ_UID = 10001
 

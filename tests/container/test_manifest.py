@@ -173,3 +173,34 @@ def test_probe_refuses_what_is_not_a_path(argument: str) -> None:
     )
     assert done.returncode == 2
     assert "is not a path" in done.stderr
+
+
+def container_section() -> str:
+    text = OPERATIONS.read_text(encoding="utf-8")
+    return text.split("## 2. As a container", 1)[1].split("\n## 3. ", 1)[0]
+
+
+def test_operations_guide_names_what_ships() -> None:
+    section = container_section()
+    for script in ("build-base", "build-wheelhouse", "build-image"):
+        path = ROOT / "packaging" / "container" / script
+        assert f"packaging/container/{script}" in section
+        assert os.access(path, os.X_OK), f"{path} is not executable"
+    assert "packaging/kubernetes/runq-sidecar.yaml" in section
+    assert "packaging/kubernetes/example-app" in section
+    # The pod run's log in the guide shows the drain as test_pod.py asserts it.
+    excerpt = section.split("```text", 1)[1].split("```", 1)[0]
+    order = ['"daemon.draining","in_flight":1', '"render.finished"', '"stragglers":0']
+    positions = [excerpt.rindex(event) for event in order]
+    assert positions == sorted(positions), "the excerpt no longer shows the drain in order"
+    assert excerpt.rstrip().endswith('{"app": "stopped", "runq_still_up": false}')
+
+
+def test_sandbox_workarounds_are_documented_as_what_the_tests_set() -> None:
+    section = container_section()
+    conf = (ROOT / "tests" / "container" / "sandbox-containers.conf").read_text(encoding="utf-8")
+    assert 'runtime = "runc"' in conf
+    assert 'default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]' in conf
+    assert "--runtime runc" in section
+    assert "--ulimit nofile=1024:1024 --ulimit nproc=1024:1024" in section
+    assert "not requirements" in section

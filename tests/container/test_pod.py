@@ -13,7 +13,7 @@ What it adds around the file, as an operator would around ``kubectl apply``:
 
 - the Secret ``runq``, created with ``podman secret create`` from a JSON object of
   base64 values. podman 4.3 (Debian bookworm) reads ``secretKeyRef`` only in that form:
-  it cannot read a Secret that ``podman kube play`` stored from YAML (podman issue 16623);
+  it cannot read a Secret that ``podman kube play`` stored from YAML (it expects JSON);
 - the pod runs on podman's default network, so it has its own loopback as in Kubernetes;
   the test reaches it through the published ports on 127.0.0.1.
 
@@ -46,7 +46,8 @@ from container.podman import exit_code, logs, podman, run
 from container.runq_container import answers, free_port, show_run
 from runq.seal import generate_key
 
-pytestmark = [pytest.mark.daemon, pytest.mark.timeout(600)]
+# One xdist worker builds the images and runs these; the others go on with the suite.
+pytestmark = [pytest.mark.daemon, pytest.mark.timeout(600), pytest.mark.xdist_group("container")]
 
 START_TIMEOUT = 90.0
 RUN_TIMEOUT = 60.0
