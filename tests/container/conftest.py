@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from container.images import Images, ensure_images
-from container.podman import require_podman
+from container.podman import remove_abandoned_containers, require_podman
 
 
 @pytest.fixture(scope="session")
 def images() -> Images:
     """runq's image, its base and the example app's image (cached; see images.py)."""
     require_podman()
+    remove_abandoned_containers()
     return ensure_images()

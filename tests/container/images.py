@@ -13,7 +13,8 @@ under a hash of their inputs so that a second run (or CI after a session) builds
 Images are tagged ``localhost/runq-test-*:<key>``. The cache directory is
 ``RUNQ_CONTAINER_CACHE``, else ``~/.cache/runq-container``. A lock file there serialises
 builds across xdist workers and checkouts sharing the machine; test images and tarballs
-unused for a week are removed by the next build.
+unused for a week are removed by the next build; ``builds.log`` there records how long
+each build step took.
 """
 
 from __future__ import annotations
@@ -55,9 +56,10 @@ class Images:
 
 
 @contextlib.contextmanager
-def build_lock() -> Iterator[None]:
+def machine_lock(name: str) -> Iterator[None]:
+    """A lock every test run on this machine shares (xdist workers, other checkouts)."""
     CACHE.mkdir(parents=True, exist_ok=True)
-    with open(CACHE / "build.lock", "w") as lock:
+    with open(CACHE / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
@@ -199,11 +201,20 @@ def remove_stale(keep: set[str]) -> None:
 def ensure_images() -> Images:
     """Every image the tests need, built where missing (under the machine-wide lock)."""
     built: dict[str, float] = {}
-    with build_lock():
+    with machine_lock("build"):
         base = ensure_base(built)
         images = Images(
             base=base, runq=ensure_runq(base, built), app=ensure_app(base, built), built=built
         )
         if built:
             remove_stale({images.base, images.runq, images.app})
+            record(built)
     return images
+
+
+def record(built: dict[str, float]) -> None:
+    """One line per build in the cache's builds.log: what a cold build costs, over time."""
+    steps = ", ".join(f"{step} {seconds:.0f} s" for step, seconds in built.items())
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+    with open(CACHE / "builds.log", "a", encoding="utf-8") as log:
+        log.write(f"{stamp} UTC  {steps}; total {sum(built.values()):.0f} s\n")

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,24 @@ def removed_afterwards(*names: str) -> Iterator[None]:
     finally:
         for name in names:
             remove_container(name)
+
+
+#: Every container a test starts is named with this prefix.
+TEST_PREFIX = "runq-test-"
+#: A test container this old belongs to a run that was killed before its cleanup.
+ABANDONED_SECONDS = 3600
+
+
+def remove_abandoned_containers() -> None:
+    """Test containers left by a killed run (SIGKILL skips every finally): a live run's
+    containers are minutes old at most, so an hour-old one is nobody's."""
+    listed = json.loads(podman("ps", "--all", "--format", "json") or "[]")
+    cutoff = time.time() - ABANDONED_SECONDS
+    for entry in listed:
+        names = entry.get("Names") or []
+        if any(n.startswith(TEST_PREFIX) for n in names) and entry.get("Created", 0) < cutoff:
+            for name in names:
+                remove_container(name)
 
 
 def exit_code(name: str) -> int:

@@ -13,14 +13,14 @@ import secrets
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 from helpers import wait_for_sync
 
-from container.podman import logs, podman
+from container.podman import exit_code, logs, podman
 
 START_TIMEOUT = 90.0
 RUN_TIMEOUT = 60.0
@@ -73,17 +73,32 @@ class RunqContainer:
         return body
 
     def wait_status(self, run_id: str, *statuses: str) -> dict[str, Any]:
-        def reached() -> dict[str, Any] | None:
-            run = self.run(run_id)
-            return run if run["status"] in statuses else None
+        return wait_run_status(lambda: self.run(run_id), statuses, lambda: logs(self.name))
 
+
+def wait_run_status(
+    fetch: Callable[[], dict[str, Any]],
+    statuses: Sequence[str],
+    describe: Callable[[], str],
+) -> dict[str, Any]:
+    """Poll ``fetch()`` (a run as the API shows it) until its status is one of
+    ``statuses``; on the deadline, fail with the run's last state and ``describe()``
+    (the containers' logs)."""
+    seen: list[dict[str, Any]] = []
+
+    def reached() -> dict[str, Any] | None:
+        seen[:] = [fetch()]
+        return seen[0] if seen[0].get("status") in statuses else None
+
+    try:
         found: dict[str, Any] = wait_for_sync(
-            reached,
-            timeout=RUN_TIMEOUT,
-            interval=0.2,
-            message=f"run {run_id} never became {'/'.join(statuses)}\n{logs(self.name)}",
+            reached, timeout=RUN_TIMEOUT, interval=0.2, message="run"
         )
-        return found
+    except AssertionError:
+        raise AssertionError(
+            f"the run never became {'/'.join(statuses)}: {seen}\n{describe()}"
+        ) from None
+    return found
 
 
 def answers(url: str) -> int | None:
@@ -122,6 +137,21 @@ def start_runq(
 def stop(container: RunqContainer) -> None:
     """``podman stop``: SIGTERM, then SIGKILL after the container's --stop-timeout."""
     podman("stop", container.name, timeout=STOP_TIMEOUT + 30)
+
+
+def stop_with_run_in_flight(container: RunqContainer, seconds: float) -> tuple[str, dict[str, Any]]:
+    """Start a ``task/sleep`` of ``seconds``, stop the container once it runs, and check
+    the drain ran to a clean exit. Returns the run id and the ``daemon.drained`` event."""
+    run_id = container.submit("task/sleep", {"seconds": seconds})
+    container.wait_status(run_id, "running")
+    stop(container)
+    assert exit_code(container.name) == 0, logs(container.name)
+    events = {event.get("event"): event for event in log_events(container.name)}
+    for wanted in ("daemon.draining", "daemon.drained", "daemon.stopped"):
+        assert wanted in events, f"never logged {wanted}\n{logs(container.name)}"
+    assert events["daemon.draining"]["in_flight"] == 1
+    assert events["daemon.stopped"]["graceful"] is True
+    return run_id, events["daemon.drained"]
 
 
 def log_events(name: str) -> list[dict[str, Any]]:

@@ -27,8 +27,6 @@ two runs on one machine apart; everything the play created is removed, pass or f
 from __future__ import annotations
 
 import base64
-import contextlib
-import fcntl
 import json
 import os
 import tempfile
@@ -41,29 +39,20 @@ import pytest
 from helpers import wait_for_sync
 
 from container import manifest
-from container.images import CACHE, Images
+from container.images import CACHE, Images, machine_lock
 from container.podman import exit_code, logs, podman, run
-from container.runq_container import answers, free_port, show_run
+from container.runq_container import answers, free_port, show_run, wait_run_status
 from runq.seal import generate_key
 
-# One xdist worker builds the images and runs these; the others go on with the suite.
+# xdist_group: one worker builds the images and runs these while the others go on with the
+# suite. pytest 9.2 with pytest-xdist 3.8 ignores the group (xdist renames item._nodeid,
+# which pytest 9.2 no longer reads), so a second worker may wait on the build lock instead.
 pytestmark = [pytest.mark.daemon, pytest.mark.timeout(600), pytest.mark.xdist_group("container")]
 
 START_TIMEOUT = 90.0
 RUN_TIMEOUT = 60.0
 GRACE = int(manifest.deployment()["spec"]["template"]["spec"]["terminationGracePeriodSeconds"])
 EXCERPT = CACHE / "sidecar-pod.log"
-
-
-@contextlib.contextmanager
-def pod_lock() -> Iterator[None]:
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with open(CACHE / "pod.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def pod_name() -> str:
@@ -101,7 +90,7 @@ def played(images: Images, tmp_path: Path) -> Iterator[dict[str, Any]]:
     path = tmp_path / "runq-sidecar.played.yaml"
     path.write_text(text, encoding="utf-8")
     secrets = {"api-key": os.urandom(32).hex(), "seal-key": generate_key()}
-    with pod_lock():
+    with machine_lock("pod"):
         remove_played(path)
         try:
             create_secrets(secrets)
@@ -138,17 +127,11 @@ def app_url(played: dict[str, Any], path: str) -> str:
 def wait_run(played: dict[str, Any], run_id: str, *statuses: str) -> dict[str, Any]:
     """The run as runq sees it, asked through the application (which asks runq)."""
 
-    def reached() -> dict[str, Any] | None:
+    def fetch() -> dict[str, Any]:
         body: dict[str, Any] = httpx.get(app_url(played, f"/runs/{run_id}"), timeout=10).json()
-        return body if body.get("status") in statuses else None
+        return body
 
-    found: dict[str, Any] = wait_for_sync(
-        reached,
-        timeout=RUN_TIMEOUT,
-        interval=0.2,
-        message=f"run {run_id} never became {'/'.join(statuses)}\n{pod_logs(played)}",
-    )
-    return found
+    return wait_run_status(fetch, statuses, lambda: pod_logs(played))
 
 
 def pod_logs(played: dict[str, Any]) -> str:
