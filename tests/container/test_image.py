@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -48,7 +48,9 @@ def in_container(name: str, script: str) -> int:
     return run(["podman", "exec", name, "sh", "-c", script], check=False).returncode
 
 
-def test_image_is_non_root_with_probe_and_drain_settings(images: Images) -> None:
+def test_image_is_non_root_with_probe_and_drain_settings(
+    images: Images, record_property: Callable[[str, object], None]
+) -> None:
     (info,) = podman_json("image", "inspect", images.runq)
     config = info["Config"]
     assert config["User"] == f"{RUNQ_UID}:{RUNQ_UID}"
@@ -61,9 +63,15 @@ def test_image_is_non_root_with_probe_and_drain_settings(images: Images) -> None
     assert "RUNQ_API_KEY" not in env, "the API key is a run-time secret"
     assert info["Healthcheck"]["Test"] == ["CMD", "runq-probe", "/readyz"]
     size = int(info["Size"])
-    print(f"\nrunq image {images.runq}: {size / 1e6:.0f} MB (base included)")
-    for step, seconds in images.built.items():
-        print(f"  built now: {step}: {seconds:.0f} s")
+    (base,) = podman_json("image", "inspect", images.base)
+    record_property(
+        "measured",
+        f"runq image {images.runq}: {size / 1e6:.0f} MB"
+        f" (base {images.base}: {int(base['Size']) / 1e6:.0f} MB)",
+    )
+    if images.built:
+        steps = ", ".join(f"{step} {seconds:.0f} s" for step, seconds in images.built.items())
+        record_property("measured", f"container images built now: {steps}")
     # What keeps the image small: no wheelhouse layer, no pip. Generous bounds catch a
     # regression (a copied checkout, a dev dependency), not the odd megabyte.
     assert size < 400e6, f"runq image is {size / 1e6:.0f} MB"
