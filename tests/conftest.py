@@ -72,6 +72,21 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         )
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Facts a passing test measured (``record_property("measured", text)``), shown at the
+    end of every run, also from xdist workers and under ``-q``: e.g. the image size."""
+    lines = [
+        str(value)
+        for report in terminalreporter.stats.get("passed", [])
+        for name, value in getattr(report, "user_properties", [])
+        if name == "measured"
+    ]
+    if lines:
+        terminalreporter.write_sep("-", "measured")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

@@ -39,6 +39,8 @@ TMPFILES = PACKAGING / "systemd" / "runq.tmpfiles"
 UNIT_TOML = PACKAGING / "systemd" / "runq.toml"
 CONTAINERFILE = PACKAGING / "container" / "Containerfile"
 COMPOSE = PACKAGING / "container" / "compose.sidecar.yaml"
+PROBE = PACKAGING / "container" / "runq_probe.py"
+BUILD_IMAGE = PACKAGING / "container" / "build-image"
 ALERTS = PACKAGING / "prometheus" / "runq-alerts.yml"
 ALERT_TESTS = PACKAGING / "prometheus" / "runq-alerts.test.yml"
 DASHBOARD = PACKAGING / "grafana" / "runq-dashboard.json"
@@ -455,22 +457,20 @@ def healthcheck_argv() -> list[str]:
     return [str(a) for a in argv]
 
 
-def test_container_builds_a_wheel_in_a_builder_stage() -> None:
+def test_container_installs_from_the_wheelhouse_only() -> None:
     instructions = containerfile_instructions()
-    args = {rest.split("=", 1)[0]: rest.split("=", 1)[1] for w, rest in instructions if w == "ARG"}
-    froms = [
-        rest.replace("${PYTHON_IMAGE}", args.get("PYTHON_IMAGE", ""))
-        for w, rest in instructions
-        if w == "FROM"
-    ]
-    assert len(froms) == 2
-    assert froms[0] == "python:3.12-slim AS builder"
-    assert froms[1] == "python:3.12-slim"
+    assert ("ARG", "BASE_IMAGE=localhost/runq-base:bookworm") in instructions
+    froms = [rest for w, rest in instructions if w == "FROM"]
+    assert froms == ["${BASE_IMAGE} AS install", "${BASE_IMAGE}"]
     runs = " ".join(rest for w, rest in instructions if w == "RUN")
-    assert "pip wheel . --wheel-dir /wheels" in runs or "pip wheel . -w /wheels" in runs
-    final_runs = " ".join(rest for w, rest in final_stage() if w == "RUN")
-    assert "--no-index" in final_runs
-    assert "runq" in final_runs
+    assert "pip install --no-index --find-links=/wheels" in runs
+    assert ("COPY", "wheels /wheels") in instructions
+    # The runtime stage takes the virtualenv, never the wheels.
+    copies = [rest for w, rest in final_stage() if w == "COPY"]
+    assert "--from=install /opt/runq /opt/runq" in copies
+    assert not any("wheels" in rest for rest in copies)
+    # build-image builds with no network inside the build.
+    assert "build --network=none" in BUILD_IMAGE.read_text(encoding="utf-8")
 
 
 def test_container_runs_as_a_non_root_user() -> None:
@@ -483,7 +483,7 @@ def test_container_runs_as_a_non_root_user() -> None:
     # Nothing after USER switches back to root.
     after = final_stage()[[w for w, _ in final_stage()].index("USER") :]
     assert all(rest.split(":")[0] not in ("0", "root") for w, rest in after if w == "USER")
-    assert "useradd --system --uid 10001" in CONTAINERFILE.read_text(encoding="utf-8")
+    assert "useradd --uid 10001 --gid 10001" in CONTAINERFILE.read_text(encoding="utf-8")
 
 
 def test_container_interface() -> None:
@@ -497,11 +497,9 @@ def test_container_interface() -> None:
 
 
 def test_container_healthcheck_probes_readyz_without_curl() -> None:
-    argv = healthcheck_argv()
-    assert argv[:2] == ["python", "-c"]
-    assert "/readyz" in argv[2]
-    assert "urllib" in argv[2]
-    assert "curl" not in CONTAINERFILE.read_text(encoding="utf-8").split("HEALTHCHECK", 1)[1]
+    assert healthcheck_argv() == ["runq-probe", "/readyz"]
+    assert "runq_probe.py /usr/local/bin/runq-probe" in CONTAINERFILE.read_text(encoding="utf-8")
+    assert "curl" not in PROBE.read_text(encoding="utf-8").split('"""', 2)[2]
 
 
 def test_container_environment_is_a_config_runq_accepts() -> None:
@@ -549,11 +547,12 @@ def readyz_server() -> Iterator[tuple[int, type[_Readyz]]]:
 
 
 def _run_healthcheck(port: int) -> int:
-    """The image's HEALTHCHECK command, with this interpreter, against 127.0.0.1:port."""
+    """The image's HEALTHCHECK command (runq-probe), with this interpreter, against
+    127.0.0.1:port."""
     argv = healthcheck_argv()
     env = {"PATH": os.environ.get("PATH", ""), "RUNQ_HTTP_LISTEN": f"0.0.0.0:{port}"}
     done = subprocess.run(
-        [sys.executable, *argv[1:]], env=env, capture_output=True, timeout=30, check=False
+        [sys.executable, PROBE, *argv[1:]], env=env, capture_output=True, timeout=30, check=False
     )
     return done.returncode
 
@@ -576,14 +575,6 @@ def test_container_healthcheck_fails_when_nothing_listens() -> None:
     assert _run_healthcheck(closed) != 0
 
 
-def test_container_build_context_filter() -> None:
-    ignore = (CONTAINERFILE.parent / "Containerfile.dockerignore").read_text(encoding="utf-8")
-    entries = {line.strip() for line in ignore.splitlines() if line and not line.startswith("#")}
-    assert {".git", ".venv", "*.db"} <= entries
-    assert "runq" not in entries
-    assert "pyproject.toml" not in entries
-
-
 def test_compose_sidecar() -> None:
     compose = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
     services = compose["services"]
@@ -592,8 +583,8 @@ def test_compose_sidecar() -> None:
     assert "RUNQ_API_KEY" in app["environment"]
     assert "RUNQ_API_KEY" in runq["environment"]
     assert app["depends_on"]["runq"]["condition"] == "service_healthy"
-    assert runq["build"]["dockerfile"] == "packaging/container/Containerfile"
-    assert (COMPOSE.parent / runq["build"]["context"] / "pyproject.toml").is_file()
+    assert runq["image"] == "localhost/runq:latest"  # build-image's default tag
+    assert "localhost/runq:latest" in BUILD_IMAGE.read_text(encoding="utf-8")
     grace = timespan_seconds(runq["stop_grace_period"])
     assert grace > QueueConfig().effective_stop_timeout
     volumes = runq["volumes"]
