@@ -23,11 +23,11 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
-from runq.budget import BudgetGate
 from runq.components import ComponentRegistry
 from runq.config import Config, load_config
 from runq.errors import BadRequest, NotFound, StoreUnavailable, UnknownComponent
-from runq.flow.waits import WaitInputs, explain
+from runq.limits.budget import BudgetGate
+from runq.limits.waits import WaitInputs, explain
 from runq.listing import ALL_RUNS, Page, RunCursor, RunFilter
 from runq.log import get_logger
 from runq.metrics import SUBMISSIONS
@@ -539,7 +539,7 @@ class Queue:
             )
             served = any(w.deployment_id == run.deployment_id for w in workers)
         inputs = WaitInputs(
-            state=await store.flow_state(),
+            state=await store.limits_state(),
             pauses=await store.list_pauses(),
             session_ahead=bool(run.session_id)
             and self.config.queue.serialize_sessions
@@ -547,7 +547,7 @@ class Queue:
             deployment_served=served,
             budget=await BudgetGate(self.config.budget, store).hold(run.user_id, run.configuration),
         )
-        return explain(run, store.flow, inputs)
+        return explain(run, store.limits, inputs)
 
 
 def _notifier_for(store: Store, tg: TaskGroup) -> Notifier | None:

@@ -16,7 +16,7 @@ from msgspec import Meta, Struct
 from runq.api.guards import CurrentIdentity, Services, authenticate, require_admin, require_worker
 from runq.api.problems import error_responses
 from runq.errors import BadRequest, NotFound
-from runq.flow import MAX_PAUSE_REASON_CHARS, pause_target_problem
+from runq.limits import MAX_PAUSE_REASON_CHARS, pause_target_problem
 from runq.model import Pause
 
 _GUARDED = (401, 403, 503)

@@ -13,7 +13,7 @@ import click
 
 from runq.cli.options import CliContext, common_options, run_async
 from runq.cli.render import echo_json, format_time, new_console
-from runq.flow import MAX_PAUSE_REASON_CHARS, pause_target_problem
+from runq.limits import MAX_PAUSE_REASON_CHARS, pause_target_problem
 from runq.model import Pause
 
 EXIT_NOT_FOUND = 1

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from runq.flow import FlowRules, FlowState, Pause
+from runq.limits import LimitRules, LimitState, Pause
 from runq.listing import ALL_RUNS, Page, RunCursor, RunFilter, RunList
 from runq.model import (
     BudgetBlock,
@@ -53,7 +53,7 @@ class Store(Protocol):
     #: Added to the database clock everywhere; tests use it to jump time. Never set in production.
     clock_offset_seconds: float
     #: ``[limits]`` every claim of this process applies (empty: no limits).
-    flow: FlowRules
+    limits: LimitRules
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -340,7 +340,7 @@ class Store(Protocol):
         """Delete the schedule's slot rows older than ``before``; returns how many. Slots
         behind the cursor are never fired again, so old rows are history only."""
 
-    # -- flow control ------------------------------------------------------------------
+    # -- limits -----------------------------------------------------------------------
 
     async def add_pause(
         self, kind: str, target: str, *, reason: str | None, created_by: str | None
@@ -357,9 +357,9 @@ class Store(Protocol):
     async def list_pauses(self) -> list[Pause]:
         """Active pauses, oldest first."""
 
-    async def flow_state(self) -> FlowState:
+    async def limits_state(self) -> LimitState:
         """The database clock, running runs per component and the rate windows of
-        ``flow``'s patterns, read together (to say why a run waits)."""
+        ``limits``'s patterns, read together (to say why a run waits)."""
 
     async def session_ahead(self, run_id: str, session_id: str) -> bool:
         """True when the session rule holds ``run_id`` back."""

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runq.errors import ConfigError
-from runq.flow import like_pattern
+from runq.limits import like_pattern
 from runq.listing import DEFAULT_SORT_BY, SORTABLE_FIELDS, RunCursor, RunFilter
 from runq.model import TRANSITIONS, Status
 from runq.store.messages import REAP_EXHAUSTED_TEMPLATE

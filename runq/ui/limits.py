@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from runq.flow import FlowRules, FlowState, GroupRule, Pause, rate_window
-from runq.flow.waits import limit_hold, pause_of
+from runq.limits import GroupRule, LimitRules, LimitState, Pause, rate_window
+from runq.limits.waits import limit_hold, pause_of
 from runq.model import QueuedCount
 
 
@@ -38,7 +38,7 @@ class PauseUse:
     held: int
 
 
-def _keys_at_cap(rules: FlowRules, state: FlowState) -> list[int]:
+def _keys_at_cap(rules: LimitRules, state: LimitState) -> list[int]:
     per_key_max = rules.per_key_max()
     at_cap = [0] * len(rules.groups)
     for i, _key, running in rules.key_running(
@@ -50,8 +50,8 @@ def _keys_at_cap(rules: FlowRules, state: FlowState) -> list[int]:
 
 
 def limits_use(
-    rules: FlowRules,
-    state: FlowState,
+    rules: LimitRules,
+    state: LimitState,
     pauses: Sequence[Pause],
     queued: Sequence[QueuedCount],
 ) -> tuple[list[GroupUse], list[PauseUse]]:

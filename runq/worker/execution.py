@@ -23,7 +23,7 @@ from runq.model import Lease, Run
 from runq.worker.events import EventWriter
 
 if TYPE_CHECKING:
-    from runq.budget import BudgetGate, BudgetLeft
+    from runq.limits.budget import BudgetGate, BudgetLeft
     from runq.store.base import Store
     from runq.worker.events import EventBatcher
 

@@ -59,7 +59,7 @@ from runq.worker.inflight import InFlight
 from runq.worker.settle import Settler
 
 if TYPE_CHECKING:
-    from runq.budget import BudgetGate
+    from runq.limits.budget import BudgetGate
 
 __all__ = ["Execution", "Executor", "ExecutorConfig", "Outcome", "live_handler_threads"]
 

@@ -48,7 +48,7 @@ from runq.worker.execution import (
 from runq.worker.inflight import InFlight
 
 if TYPE_CHECKING:
-    from runq.budget import BudgetGate
+    from runq.limits.budget import BudgetGate
 
 log = get_logger("runq.worker.executor")  # one logger name for the whole executor
 

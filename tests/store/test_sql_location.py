@@ -11,7 +11,7 @@ import runq
 
 PACKAGE = Path(runq.__file__).parent
 SQL = re.compile(r"\bSELECT\b|\bINSERT INTO\b|\bUPDATE\b .*\bSET\b|\bDELETE FROM\b|\bPRAGMA\b")
-#: Each engine's statement texts, one module per concern (runs, claims, flow, ...).
+#: Each engine's statement texts, one module per concern (runs, claims, limits, ...).
 ENGINE_STATEMENTS = {
     engine: frozenset((PACKAGE / "store" / engine / "statements").glob("*.py"))
     for engine in ("sqlite", "postgres")

@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from runq.flow import FlowRules
+from runq.limits import LimitRules
 from runq.model import BudgetBlock, Run
 from runq.seal import Sealer
 from runq.store import rows
@@ -99,7 +99,7 @@ class PostgresBase:
         self.schema = check_schema(schema)
         self.clock_offset_seconds = 0.0
         #: ``[limits]`` applied by this process's claims (set by ``open_store``).
-        self.flow = FlowRules()
+        self.limits = LimitRules()
         self._sealer = sealer
         self._migration_timeout = migration_timeout
         self._db = Pool(

@@ -45,7 +45,7 @@ class PostgresLifecycle(PostgresBase):
         sql = self._sql
         claims = await self._claim_pool()
         rules = [serialize_sessions, *_blocked_params(blocked)]
-        if self.flow.enabled:
+        if self.limits.enabled:
             found = await self._claim_limited(worker_id, slots, rules, deployment_id, run_id)
         elif run_id is not None:
             found = await claims.fetch(
@@ -114,16 +114,16 @@ class PostgresLifecycle(PostgresBase):
         """The claim under ``[limits]``: one statement (``admit``) while its snapshot is
         fresh; a claimer that keeps losing the race to others falls back to the locked
         transaction, which always makes progress."""
-        sql, flow = self._sql, self.flow
+        sql, limits = self._sql, self.limits
         claims = await self._claim_pool()
         dep = deployment_id or ""
         gate = [
-            flow.like_patterns,
-            flow.max_running_caps(),
-            flow.per_key_max(),
-            flow.rate_caps(),
-            flow.rate_periods(),
-            flow.patterns,
+            limits.like_patterns,
+            limits.max_running_caps(),
+            limits.per_key_max(),
+            limits.rate_caps(),
+            limits.rate_periods(),
+            limits.patterns,
         ]
         second: str | int = slots
         if run_id is not None:
@@ -154,24 +154,24 @@ class PostgresLifecycle(PostgresBase):
         the fleet: a second claimer counts after this one commits. None (nothing claimed;
         try again) when the wait for the lock outlasted a rate window: the claim would
         stamp its runs with the transaction's start, in a window already gone."""
-        sql, flow = self._sql, self.flow
+        sql, limits = self._sql, self.limits
         async with self._db.transaction() as con:
             await con.execute(sql.limits_lock)
             now, clock, rows_running = _running(await con.fetch(sql.running_by_component))
-            if flow.has_rates and flow.crosses_window(now, clock):
+            if limits.has_rates and limits.crosses_window(now, clock):
                 return None
-            running = flow.running_by_group((c, n) for c, _, n in rows_running)
-            keyed = flow.key_running(rows_running)
-            used = [0] * len(flow.groups)
-            if flow.has_rates:
-                stored = await con.fetch(sql.rate_windows_get, flow.patterns)
-                used = flow.rate_used(
+            running = limits.running_by_group((c, n) for c, _, n in rows_running)
+            keyed = limits.key_running(rows_running)
+            used = [0] * len(limits.groups)
+            if limits.has_rates:
+                stored = await con.fetch(sql.rate_windows_get, limits.patterns)
+                used = limits.rate_used(
                     now, {r["pattern"]: (r["window_start"], r["used"]) for r in stored}
                 )
             gate = [
-                flow.like_patterns,
-                flow.room(running, used),
-                flow.per_key_max(),
+                limits.like_patterns,
+                limits.room(running, used),
+                limits.per_key_max(),
                 [i + 1 for i, _, _ in keyed],  # SQL arrays count from 1
                 [key for _, key, _ in keyed],
                 [n for _, _, n in keyed],
@@ -187,8 +187,8 @@ class PostgresLifecycle(PostgresBase):
                 )
             else:
                 found = await con.fetch(sql.claim_limited, worker_id, slots, *rules, dep, *gate)
-            if flow.has_rates and found:
-                bumps = flow.started(
+            if limits.has_rates and found:
+                bumps = limits.started(
                     now, (f"{r['component_type']}/{r['component_id']}" for r in found)
                 )
                 if bumps:

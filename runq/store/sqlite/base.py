@@ -9,7 +9,7 @@ from typing import TypeVar
 
 import msgspec
 
-from runq.flow import FlowRules
+from runq.limits import LimitRules
 from runq.model import BudgetBlock, Run
 from runq.seal import Sealer
 from runq.store import rows
@@ -43,7 +43,7 @@ class SqliteBase:
         self.schema = check_schema(schema)
         self.clock_offset_seconds = 0.0
         #: ``[limits]`` applied by this process's claims (set by ``open_store``).
-        self.flow = FlowRules()
+        self.limits = LimitRules()
         self._sealer = sealer
         self._db = Connections(self.path)
         self._sql = sql.build(schema)

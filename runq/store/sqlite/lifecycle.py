@@ -49,7 +49,7 @@ class SqliteLifecycle(SqliteBase):
             block_configurations=block is not None and bool(block.configurations),
             block_pairs=block is not None and bool(block.pairs),
             by_id=run_id is not None,
-            limited=self.flow.enabled,
+            limited=self.limits.enabled,
         )
         statement = self._sql.claims[shape]
         params: dict[str, Any] = {
@@ -62,7 +62,7 @@ class SqliteLifecycle(SqliteBase):
             params.update(_blocked_params(block))
 
         def body(conn: sqlite3.Connection, now: float) -> list[Row]:
-            if self.flow.enabled:
+            if self.limits.enabled:
                 # Under BEGIN IMMEDIATE: no other claimer can start a run between this
                 # count and the claim, so the room is exact.
                 return self._claim_limited(conn, statement, {**params, "now": now}, now)
@@ -113,25 +113,27 @@ class SqliteLifecycle(SqliteBase):
     ) -> list[Row]:
         """Count what runs and what each rate window has spent, claim within the room left,
         and count the starts into the rate windows, all in the claim's transaction."""
-        flow, q = self.flow, self._sql
+        limits, q = self.limits, self._sql
         rows_running = [
             (r["component"], r["concurrency_key"], r["n"])
             for r in conn.execute(q.running_by_component)
         ]
-        running = flow.running_by_group((c, n) for c, _, n in rows_running)
-        params["kmax"] = _json.encode(flow.per_key_max()).decode()
-        params["krun"] = _json.encode(flow.key_running(rows_running)).decode()
-        used = [0] * len(flow.groups)
-        if flow.has_rates:
-            stored = conn.execute(q.rate_windows_get, (_json.encode(flow.patterns).decode(),))
-            used = flow.rate_used(
+        running = limits.running_by_group((c, n) for c, _, n in rows_running)
+        params["kmax"] = _json.encode(limits.per_key_max()).decode()
+        params["krun"] = _json.encode(limits.key_running(rows_running)).decode()
+        used = [0] * len(limits.groups)
+        if limits.has_rates:
+            stored = conn.execute(q.rate_windows_get, (_json.encode(limits.patterns).decode(),))
+            used = limits.rate_used(
                 now, {r["pattern"]: (r["window_start"], r["used"]) for r in stored}
             )
-        params["pats"] = _json.encode(flow.patterns).decode()
-        params["rooms"] = _json.encode(flow.room(running, used)).decode()
+        params["pats"] = _json.encode(limits.patterns).decode()
+        params["rooms"] = _json.encode(limits.room(running, used)).decode()
         found: list[Row] = conn.execute(statement, params).fetchall()
-        if flow.has_rates and found:
-            bumps = flow.started(now, (f"{r['component_type']}/{r['component_id']}" for r in found))
+        if limits.has_rates and found:
+            bumps = limits.started(
+                now, (f"{r['component_type']}/{r['component_id']}" for r in found)
+            )
             conn.executemany(
                 q.rate_windows_bump, [(p, start, n) for p, (start, n) in bumps.items()]
             )

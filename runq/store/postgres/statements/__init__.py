@@ -19,8 +19,8 @@ from runq.store.postgres.statements.claims import (
 )
 from runq.store.postgres.statements.common import _clock
 from runq.store.postgres.statements.events import _events_sql
-from runq.store.postgres.statements.flow import _flow_sql, _usage_sql
 from runq.store.postgres.statements.lifecycle import _lifecycle_sql
+from runq.store.postgres.statements.limits import _limits_sql, _usage_sql
 from runq.store.postgres.statements.operations import (
     _maintenance_sql,
     _reap_sql,
@@ -101,7 +101,7 @@ class Statements:
     reseal_update: str
     notify: str
     ids_with_prefix: str
-    # -- flow control: limits, rate windows, pauses ------------------------------------
+    # -- limits: rate windows, pauses ------------------------------------
     claim_limited: str
     claim_limited_affinity: str
     claim_limited_one: str
@@ -192,7 +192,7 @@ def build(schema: str, offset: float) -> Statements:
         admit=admit,
         admit_affinity=admit_affinity,
         admit_one=admit_one,
-        **_flow_sql(s, now),
+        **_limits_sql(s, now),
         seal_check_get=f"SELECT key_id FROM {s}.seal_check WHERE id = 1 FOR UPDATE",
         seal_check_put=(
             f"INSERT INTO {s}.seal_check (id, key_id, updated_at) VALUES (1, $1, {now})"

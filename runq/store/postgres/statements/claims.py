@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runq.flow import NO_CAP
+from runq.limits import NO_CAP
 from runq.store.postgres.statements.common import (
     _ACTIVE,
     _budget_allows,

@@ -22,8 +22,8 @@ from runq.store.sqlite.statements.common import (
     pragmas,
 )
 from runq.store.sqlite.statements.events import _events
-from runq.store.sqlite.statements.flow import _depth_gates, _flow, _usage
 from runq.store.sqlite.statements.lifecycle import _lifecycle
+from runq.store.sqlite.statements.limits import _depth_gates, _limits, _usage
 from runq.store.sqlite.statements.operations import (
     _maintenance,
     _reap,
@@ -98,7 +98,7 @@ class Statements:
     migrations_table_exists: str
     applied_versions: str
     ids_with_prefix: str
-    # -- flow control: limits, rate windows, pauses ------------------------------------
+    # -- limits: rate windows, pauses ------------------------------------
     running_by_component: str
     rate_windows_get: str
     rate_windows_bump: str
@@ -175,7 +175,7 @@ def build(schema: str) -> Statements:
             f"SELECT id FROM {t} WHERE id >= :prefix AND id < :upper"
             " AND substr(id, 1, length(:prefix)) = :prefix ORDER BY id LIMIT :limit"
         ),
-        **_flow(t, f"{schema}_rate_windows", f"{schema}_pauses"),
+        **_limits(t, f"{schema}_rate_windows", f"{schema}_pauses"),
         **_depth_gates(t),
         seal_check_get=f"SELECT key_id FROM {schema}_seal_check WHERE id = 1",
         seal_check_put=(

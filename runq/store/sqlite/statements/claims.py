@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from runq.flow import NO_CAP
+from runq.limits import NO_CAP
 from runq.store.sqlite.statements.common import (
     _ACTIVE_IN,
     _BLOCKED_CONFIGURATION,

@@ -24,7 +24,7 @@ from serve_harness import (  # fixtures are used by name
     serve_factory,
 )
 
-from flow.flow_handlers import read_spans
+from limits.limits_handlers import read_spans
 from runq.model import NewRun, Run, Status
 
 pytestmark = [pytest.mark.anyio, pytest.mark.daemon]
@@ -190,7 +190,7 @@ async def test_one_run_per_key_across_replicas(
     side. The handler logs its own start and end; ``started_at`` would not do on
     PostgreSQL, where it is the claim transaction's start, taken before the limits lock."""
     config = replica_config(runq_setup.engine, {"task/*": {"max_running_per_key": 1}})
-    config["components"]["task/span"] = "flow.flow_handlers:span"
+    config["components"]["task/span"] = "limits.limits_handlers:span"
     servers = [await serve_factory(config) for _ in range(2)]
     response = await servers[0].request(
         "POST",

@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from runq.config import LimitConfig
-from runq.flow import FlowRules
+from runq.limits import LimitRules
 from runq.model import Actor, BudgetBlock, Completion, NewRun, QueuedCount, Run
 from runq.store.base import Store
 
@@ -26,7 +26,7 @@ def by_component(runs: list[Run]) -> Counter[str]:
 
 
 async def test_a_limit_caps_one_claim_and_the_runs_behind_go_on(store: Store) -> None:
-    store.flow = FlowRules.from_limits({"agent/*": LimitConfig(max_running=4)})
+    store.limits = LimitRules.from_limits({"agent/*": LimitConfig(max_running=4)})
     await submit(store, "agent/summarize", 10)
     await submit(store, "task/email", 5)  # behind the limited runs in claim order
     first = await store.claim("w1", 16, deployment_id=None)
@@ -36,7 +36,7 @@ async def test_a_limit_caps_one_claim_and_the_runs_behind_go_on(store: Store) ->
 
 
 async def test_most_specific_pattern_wins(store: Store) -> None:
-    store.flow = FlowRules.from_limits(
+    store.limits = LimitRules.from_limits(
         {"agent/*": LimitConfig(max_running=1), "agent/summarize": LimitConfig(max_running=3)}
     )
     await submit(store, "agent/summarize", 5)
@@ -46,7 +46,7 @@ async def test_most_specific_pattern_wins(store: Store) -> None:
 
 
 async def test_concurrent_claimers_never_over_admit(store: Store) -> None:
-    store.flow = FlowRules.from_limits({"agent/*": LimitConfig(max_running=4)})
+    store.limits = LimitRules.from_limits({"agent/*": LimitConfig(max_running=4)})
     await submit(store, "agent/summarize", 40)
     claimed: list[Run] = []
 
@@ -61,7 +61,7 @@ async def test_concurrent_claimers_never_over_admit(store: Store) -> None:
 
 
 async def test_rate_counts_starts_per_window(store: Store) -> None:
-    store.flow = FlowRules.from_limits({"task/email": LimitConfig(rate="3/hour")})
+    store.limits = LimitRules.from_limits({"task/email": LimitConfig(rate="3/hour")})
     await submit(store, "task/email", 5)
     await submit(store, "task/other", 2)
     first = await store.claim("w1", 2, deployment_id=None)
@@ -106,7 +106,7 @@ async def test_a_deployment_pause(store: Store) -> None:
 
 
 async def test_one_running_run_per_key(store: Store) -> None:
-    store.flow = FlowRules.from_limits({"task/*": LimitConfig(max_running_per_key=1)})
+    store.limits = LimitRules.from_limits({"task/*": LimitConfig(max_running_per_key=1)})
     await submit(store, "task/sync", 3, concurrency_key="tenant-a")
     await submit(store, "task/sync", 2, concurrency_key="tenant-b")
     await submit(store, "task/sync", 2)  # no key: not limited by key

@@ -15,8 +15,8 @@ import pytest
 from helpers import wait_for
 from serve_harness import RunqSetup, runq_engine, runq_setup
 
-from runq.budget import BudgetGate
 from runq.context import RunContext
+from runq.limits.budget import BudgetGate
 from runq.model import Actor, Status, UsageTotals
 from runq.worker.claimer import Claimer, ClaimerConfig, sweep
 from runq.worker.runtime import WorkerRuntime
@@ -36,7 +36,7 @@ async def metered(ctx: RunContext, payload: Any) -> Any:
 
 BUDGET = {
     "budget": {"timezone": "UTC", "limits": [{"scope": "user", "period": "day", "max_runs": 3}]},
-    "components": {"task/metered": "test_budget_gate:metered"},
+    "components": {"task/metered": "limits.test_budget_gate:metered"},
 }
 
 
@@ -111,7 +111,7 @@ async def test_a_cost_cap_holds_back_a_configuration(runq_setup: RunqSetup) -> N
         "budget": {
             "limits": [{"scope": "configuration", "period": "month", "max_cost": 0.5}],
         },
-        "components": {"task/metered": "test_budget_gate:metered"},
+        "components": {"task/metered": "limits.test_budget_gate:metered"},
     }
     async with runq_setup.queue(overrides) as q:
         gpt = [(await q.defer("task", "metered", {}, configuration="gpt")).run.id for _ in range(3)]

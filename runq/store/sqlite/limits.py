@@ -1,11 +1,11 @@
-"""Flow control on SQLite: pauses, the flow state claims read, usage and budgets."""
+"""Limits on SQLite: pauses, the limits state claims read, usage and budgets."""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
 
-from runq.flow import FlowState, Pause, split_running
+from runq.limits import LimitState, Pause, split_running
 from runq.model import (
     BudgetBlock,
     Lease,
@@ -19,7 +19,7 @@ from runq.store.sqlite.base import SqliteBase, _blocked_params, _json
 from runq.store.sqlite.connection import Row
 
 
-class SqliteFlow(SqliteBase):
+class SqliteLimits(SqliteBase):
     """A group of ``Store`` verbs; ``SqliteStore`` composes the groups."""
 
     async def add_pause(
@@ -49,15 +49,15 @@ class SqliteFlow(SqliteBase):
 
         return [rows.pause_from_row(r) for r in await self._read(body)]
 
-    async def flow_state(self) -> FlowState:
-        q, patterns = self._sql, _json.encode(self.flow.patterns).decode()
+    async def limits_state(self) -> LimitState:
+        q, patterns = self._sql, _json.encode(self.limits.patterns).decode()
 
-        def body(conn: sqlite3.Connection, now: float) -> FlowState:
+        def body(conn: sqlite3.Connection, now: float) -> LimitState:
             found = conn.execute(q.running_by_component)
             running, keys = split_running((r[0], r[1], r[2]) for r in found)
             stored = conn.execute(q.rate_windows_get, (patterns,))
             windows = {r["pattern"]: (r["window_start"], r["used"]) for r in stored}
-            return FlowState(now=now, running=running, windows=windows, keys=keys)
+            return LimitState(now=now, running=running, windows=windows, keys=keys)
 
         return await self._read(body)
 

@@ -1,10 +1,10 @@
-"""Flow control on PostgreSQL: pauses, the flow state claims read, usage and budgets."""
+"""Limits on PostgreSQL: pauses, the limits state claims read, usage and budgets."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from runq.flow import FlowState, Pause, like_pattern, split_running
+from runq.limits import LimitState, Pause, like_pattern, split_running
 from runq.model import (
     BudgetBlock,
     Lease,
@@ -25,7 +25,7 @@ def _key_arrays(keys: Sequence[UsageKey]) -> tuple[list[str], list[str], list[fl
     return [k.scope for k in keys], [k.subject for k in keys], [k.period_start for k in keys]
 
 
-class PostgresFlow(PostgresBase):
+class PostgresLimits(PostgresBase):
     """A group of ``Store`` verbs; ``PostgresStore`` composes the groups."""
 
     async def add_pause(
@@ -46,14 +46,14 @@ class PostgresFlow(PostgresBase):
             rows.pause_from_row(r) for r in await self._db.fetch(self._sql.pause_list, retry=True)
         ]
 
-    async def flow_state(self) -> FlowState:
+    async def limits_state(self) -> LimitState:
         sql = self._sql
         async with self._db.transaction() as con:
             now, _clock, found = _running(await con.fetch(sql.running_by_component))
-            stored = await con.fetch(sql.rate_windows_get, self.flow.patterns)
+            stored = await con.fetch(sql.rate_windows_get, self.limits.patterns)
         running, keys = split_running(found)
         windows = {r["pattern"]: (r["window_start"], r["used"]) for r in stored}
-        return FlowState(now=now, running=running, windows=windows, keys=keys)
+        return LimitState(now=now, running=running, windows=windows, keys=keys)
 
     async def session_ahead(self, run_id: str, session_id: str) -> bool:
         return bool(await self._db.fetchval(self._sql.session_ahead, run_id, session_id))

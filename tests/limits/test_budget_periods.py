@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from runq.budget import over_cap, period_end, period_start, subject_for
 from runq.config import BudgetLimit
+from runq.limits.budget import over_cap, period_end, period_start, subject_for
 from runq.model import UsageTotals
 
 

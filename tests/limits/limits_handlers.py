@@ -1,4 +1,4 @@
-"""Components the flow tests' daemons load (``PYTHONPATH`` includes ``tests/``)."""
+"""Components the limits tests' daemons load (``PYTHONPATH`` includes ``tests/``)."""
 
 from __future__ import annotations
 

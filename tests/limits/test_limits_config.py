@@ -8,7 +8,7 @@ import pytest
 
 from runq.config import load_config
 from runq.errors import ConfigError
-from runq.flow import FlowRules
+from runq.limits import LimitRules
 
 
 @pytest.mark.parametrize(
@@ -43,7 +43,7 @@ def test_limits_load_most_specific_first(tmp_path: Path) -> None:
         '[limits."agent/summarize"]\nmax_running_per_key = 1\n',
         encoding="utf-8",
     )
-    rules = FlowRules.from_config(load_config(path, environ={}))
+    rules = LimitRules.from_config(load_config(path, environ={}))
     assert rules.patterns == ["agent/summarize", "agent/sum*", "agent/*", "*"]
     assert rules.groups[1].rate == (10, 60.0)
     assert rules.group_of("agent/summarize") == 0

@@ -6,7 +6,7 @@ from runq.store.postgres.statements.claims import EPOCH_ROW, EPOCH_WRAP, RATE_WI
 from runq.store.postgres.statements.common import _ACTIVE, _budget_allows, _component_name
 
 
-def _flow_sql(s: str, now: str) -> dict[str, str]:
+def _limits_sql(s: str, now: str) -> dict[str, str]:
     return {
         # The lock that serializes the claimers applying limits: each one counts the running
         # runs after the previous one committed, so none can over-admit. It is the claim

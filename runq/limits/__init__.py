@@ -8,13 +8,13 @@ component is in, how much room a group has left, and the records of pauses and w
 
 from __future__ import annotations
 
-from runq.flow.rules import (
+from runq.limits.rules import (
     MAX_PAUSE_REASON_CHARS,
     NO_CAP,
     PAUSE_KINDS,
-    FlowRules,
-    FlowState,
     GroupRule,
+    LimitRules,
+    LimitState,
     like_pattern,
     pattern_specificity,
     pause_target_problem,
@@ -27,9 +27,9 @@ __all__ = [
     "MAX_PAUSE_REASON_CHARS",
     "NO_CAP",
     "PAUSE_KINDS",
-    "FlowRules",
-    "FlowState",
     "GroupRule",
+    "LimitRules",
+    "LimitState",
     "Pause",
     "like_pattern",
     "pattern_specificity",

@@ -54,18 +54,18 @@ class GroupRule:
 
 
 @dataclass(frozen=True)
-class FlowRules:
+class LimitRules:
     """The ``[limits]`` of one process, patterns in match order."""
 
     groups: tuple[GroupRule, ...] = ()
     _cache: dict[str, int | None] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def from_config(cls, config: Config) -> FlowRules:
+    def from_config(cls, config: Config) -> LimitRules:
         return cls.from_limits(config.limits)
 
     @classmethod
-    def from_limits(cls, limits: Mapping[str, LimitConfig]) -> FlowRules:
+    def from_limits(cls, limits: Mapping[str, LimitConfig]) -> LimitRules:
         ordered = sorted(limits, key=pattern_specificity)
         return cls(tuple(GroupRule.from_limit(p, limits[p]) for p in ordered))
 
@@ -190,7 +190,7 @@ class FlowRules:
 
 
 @dataclass(frozen=True)
-class FlowState:
+class LimitState:
     """What the limits look at, read in one pass: the database clock, running runs per
     component and the stored rate windows (pattern → (window start, starts))."""
 

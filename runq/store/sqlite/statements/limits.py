@@ -47,7 +47,7 @@ def _depth_gates(t: str) -> dict[str, str]:
     }
 
 
-def _flow(t: str, rates: str, pauses: str) -> dict[str, str]:
+def _limits(t: str, rates: str, pauses: str) -> dict[str, str]:
     return {
         "running_by_component": (
             f"SELECT {_COMPONENT} AS component, r.concurrency_key, count(*) AS n"

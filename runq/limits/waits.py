@@ -7,7 +7,7 @@ import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from runq.flow.rules import FlowRules, FlowState, rate_window
+from runq.limits.rules import LimitRules, LimitState, rate_window
 from runq.model import Pause, QueuedCount, Run, Status, WaitReason, wait_time
 
 
@@ -23,7 +23,7 @@ def pause_of(pauses: Sequence[Pause], component: str, deployment_id: str | None)
 
 @dataclass(frozen=True)
 class WaitInputs:
-    state: FlowState
+    state: LimitState
     pauses: Sequence[Pause]
     #: The session rule holds the run back (an older or running run of its session).
     session_ahead: bool = False
@@ -34,7 +34,7 @@ class WaitInputs:
 
 
 def limit_hold(
-    rules: FlowRules, component: str, state: FlowState, key: str | None = None
+    rules: LimitRules, component: str, state: LimitState, key: str | None = None
 ) -> WaitReason | None:
     """The limit or rate of ``component``'s group (and of its concurrency ``key``) when it
     has no room now."""
@@ -72,7 +72,7 @@ def limit_hold(
     return None
 
 
-def explain(run: Run, rules: FlowRules, inputs: WaitInputs) -> WaitReason | None:
+def explain(run: Run, rules: LimitRules, inputs: WaitInputs) -> WaitReason | None:
     if run.status is not Status.QUEUED:
         return None
     if run.available_at > inputs.state.now:
@@ -111,8 +111,8 @@ HELD_REASONS = ("delayed", "paused", "budget", "limit", "rate", "no_worker")
 
 def held_counts(
     queued: Sequence[QueuedCount],
-    rules: FlowRules,
-    state: FlowState,
+    rules: LimitRules,
+    state: LimitState,
     pauses: Sequence[Pause],
     served_deployments: set[str],
 ) -> dict[str, int]:

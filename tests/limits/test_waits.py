@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from runq.config import LimitConfig
-from runq.flow import FlowRules, FlowState
-from runq.flow.waits import WaitInputs, explain, held_counts
+from runq.limits import LimitRules, LimitState
+from runq.limits.waits import WaitInputs, explain, held_counts
 from runq.model import Actor, Pause, QueuedCount, Run, Status, WaitReason
 
 NOW = 1_800_000_000.5
-RULES = FlowRules.from_limits(
+RULES = LimitRules.from_limits(
     {
         "agent/*": LimitConfig(max_running=4),
         "task/email": LimitConfig(rate="100/minute"),
@@ -33,9 +33,9 @@ def queued(component: str, **kw: object) -> Run:
     return Run(**fields)  # type: ignore[arg-type]
 
 
-def state(running: dict[str, int] | None = None, used: int = 0) -> FlowState:
+def state(running: dict[str, int] | None = None, used: int = 0) -> LimitState:
     window = NOW - NOW % 60
-    return FlowState(now=NOW, running=running or {}, windows={"task/email": (window, used)})
+    return LimitState(now=NOW, running=running or {}, windows={"task/email": (window, used)})
 
 
 BUDGET = WaitReason(kind="budget", message="budget user:day of user alice exhausted")
@@ -80,7 +80,7 @@ def test_nothing_holds_a_run_with_room() -> None:
     assert explain(queued("agent/x"), RULES, WaitInputs(state({"agent/x": 3}), [])) is None
     assert explain(queued("task/email"), RULES, WaitInputs(state(used=99), [])) is None
     # A stale window (an earlier minute) is spent no more.
-    stale = FlowState(now=NOW, running={}, windows={"task/email": (NOW - 120, 100)})
+    stale = LimitState(now=NOW, running={}, windows={"task/email": (NOW - 120, 100)})
     assert explain(queued("task/email"), RULES, WaitInputs(stale, [])) is None
 
 

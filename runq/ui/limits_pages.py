@@ -1,4 +1,4 @@
-"""The console's flow-control pages (admin): schedules, and limits with the active pauses.
+"""The console's limits pages (admin): schedules, and limits with the active pauses.
 
 Each action is what the CLI and the API already do (``set_schedule_paused``,
 ``Store.remove_pause``), behind the console's CSRF check, answered with a redirect.
@@ -77,8 +77,8 @@ async def resume_schedule_action(request: AnyRequest, name: str) -> Redirect:
 async def limits_page(request: AnyRequest) -> HTML:
     store = services_of(request).queue.store
     pauses = await store.list_pauses()
-    state = await store.flow_state()
-    groups, pause_uses = limits_use(store.flow, state, pauses, await store.queued_by_component())
+    state = await store.limits_state()
+    groups, pause_uses = limits_use(store.limits, state, pauses, await store.queued_by_component())
     return render(
         request,
         "limits.html",
