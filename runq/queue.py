@@ -21,11 +21,11 @@ from typing import Any
 
 import anyio
 import msgspec
-from anyio.abc import TaskGroup
 
 from runq.components import ComponentRegistry
 from runq.config import Config, load_config
 from runq.errors import BadRequest, NotFound, StoreUnavailable, UnknownComponent
+from runq.follow import run_events, wait_for_outcome
 from runq.limits.budget import BudgetGate
 from runq.limits.waits import WaitInputs, explain
 from runq.listing import ALL_RUNS, Page, RunCursor, RunFilter
@@ -48,10 +48,7 @@ from runq.model import (
 from runq.store import open_store
 from runq.store.base import Store
 from runq.taskgroups import sole_exception
-from runq.transports.base import Router
-from runq.transports.follow import run_events, wait_for_outcome
-from runq.transports.local import LocalHub, hub_for
-from runq.transports.postgres import Notifier, is_listenable
+from runq.transports.dispatch import Dispatcher
 from runq.worker.dispatch import dispatch_in_caller
 from runq.worker.execution import Interrupt
 from runq.worker.registry import new_worker_id
@@ -103,15 +100,13 @@ class Queue:
         store: Store,
         components: ComponentRegistry,
         *,
-        notifier: Notifier | None = None,
         validate_components: bool = True,
     ) -> None:
         self.config = config
         self.store = store
         self.components = components
-        self.router = Router(config.routing)
-        self.local: LocalHub = hub_for(config.store.url, config.store.schema)
-        self.notifier = notifier
+        #: Who hears of a stored run: its route's wake-up (``runq.transports``).
+        self.dispatch = Dispatcher(config.routing, store.notifications())
         #: Refuse submissions for components this process cannot resolve (UnknownComponent).
         self.validate_components = validate_components
         #: The daemon's worker when this queue lives inside ``runq serve``: a ``sync``
@@ -149,7 +144,8 @@ class Queue:
                 if migrate:
                     await store.migrate()
                 async with anyio.create_task_group() as tg:
-                    queue = cls(config, store, registry, notifier=_notifier_for(store, tg))
+                    queue = cls(config, store, registry)
+                    tg.start_soon(queue.dispatch.run)
                     try:
                         yield queue
                     finally:
@@ -168,29 +164,14 @@ class Queue:
             raise sole  # the caller's own error, not the notifier's task group around it
 
     async def _flush(self) -> None:
-        if self.notifier is not None:
-            with anyio.move_on_after(2):
-                await self.notifier.flush()
+        with anyio.move_on_after(2):
+            await self.dispatch.flush()
 
     # -- routing -----------------------------------------------------------------------------
 
     def route(self, component_type: str, component_id: str) -> str:
         """The transport of a component: ``sync``, ``local`` or ``postgres``."""
-        return self.router.route(component_type, component_id)
-
-    async def _wake(self, run: Run, *, strict: bool) -> None:
-        """The wake-up of a non-``sync`` route. ``strict`` (enqueue) raises on failure;
-        otherwise (defer, requeue, continue) a failure is logged and the row stays queued."""
-        route = self.route(run.component_type, run.component_id)
-        if route == "sync":
-            return
-        self.local.wake()
-        if route != "postgres" or self.notifier is None:
-            return
-        if not strict:
-            self.notifier.request_wake()
-            return
-        await self.notifier.wake_now()
+        return self.dispatch.route(component_type, component_id)
 
     # -- submission --------------------------------------------------------------------------
 
@@ -317,20 +298,8 @@ class Queue:
             SUBMISSIONS.labels(origin=origin).inc(count)
         if created:
             log.info("runs.submitted", runs=len(created), first_run_id=created[0].id)
-            await self._wake_batch(created)
+            self.dispatch.wake_batch(created)
         return results
-
-    async def _wake_batch(self, runs: Sequence[Run]) -> None:
-        """One wake-up for runs stored together: the local claimers once, the postgres
-        channel once when any of them is routed there (a failure is logged; rows stay)."""
-        components = {(run.component_type, run.component_id) for run in runs}
-        routes = {self.route(*component) for component in components}
-        routes.discard("sync")
-        if not routes:
-            return
-        self.local.wake()
-        if "postgres" in routes and self.notifier is not None:
-            self.notifier.request_wake()
 
     async def enqueue(
         self, component_type: str, component_id: str, payload: Any = None, **options: Any
@@ -346,38 +315,29 @@ class Queue:
     ) -> tuple[SubmitResult, Run | None]:
         """``background``: defer semantics, ``(result, None)``. Otherwise enqueue semantics:
         ``(result, run)`` with the run as the dispatch left it (ended, on ``sync``)."""
-        inline = background and self._inline_wake(new)
+        # Carrying the wake-up in the submit statement saves a NOTIFY's round trip.
+        inline = background and self.dispatch.take_inline_slot(new)
         try:
             result = await self._store(new, wake=inline)
         finally:
-            if inline and self.notifier is not None:
-                self.notifier.inline_done()
+            if inline:
+                self.dispatch.inline_done()
         if not result.created:
             return result, (None if background else result.run)  # a duplicate is not re-run
         if background:
             if inline:
-                self.local.wake()  # the NOTIFY went out with the insert
+                self.dispatch.woke_inline()
             else:
-                await self._wake(result.run, strict=False)
+                await self.dispatch.wake(result.run, strict=False)
             return result, None
         return result, await self._dispatch(result.run)
-
-    def _inline_wake(self, new: NewRun) -> bool:
-        """Carry the wake-up in the submit statement itself (postgres route) when the
-        notifier gives this submission the slot (``Notifier.take_inline_slot``): it saves
-        the round trip of a NOTIFY after the commit."""
-        if self.notifier is None:
-            return False
-        if self.route(new.component_type, new.component_id) != "postgres":
-            return False
-        return self.notifier.take_inline_slot()
 
     async def _dispatch(self, run: Run) -> Run:
         route = self.route(run.component_type, run.component_id)
         try:
             if route == "sync":
                 return await self._execute_here(run)
-            await self._wake(run, strict=True)
+            await self.dispatch.wake(run, strict=True)
             return run
         except Exception as e:
             log.warning("run.dispatch_failed", run_id=run.id, route=route, error=str(e))
@@ -395,7 +355,7 @@ class Queue:
                 runtime.inflight.interrupt(run_id, Interrupt.CANCELLED)
 
             # A cancel from this process reaches the execution at once, as in a daemon.
-            unsubscribe = self.local.subscribe(lambda: None, cancel_here)
+            unsubscribe = self.store.notifications().subscribe(lambda: None, cancel_here)
             try:
                 async with runtime.active():
                     claimed = await self._dispatch_with(runtime, run)
@@ -466,13 +426,7 @@ class Queue:
         postgres channel)."""
         run = await self.store.cancel(run_id)
         if run.status is Status.RUNNING:
-            self.local.cancel(run_id)
-            if self.notifier is not None:
-                try:
-                    await self.notifier.cancel(run_id)
-                except Exception as e:
-                    # The executor's heartbeat will still see the recorded cancel.
-                    log.warning("cancel.notify_failed", run_id=run_id, error=str(e))
+            await self.dispatch.cancel(run_id)
         elif run.status is Status.CANCELLED:
             # Settled here, not by an executor: trim its events as the executor would.
             privacy = self.config.privacy
@@ -482,7 +436,7 @@ class Queue:
     async def continue_(self, run_id: str, decision: Any) -> Run:
         run = await self.store.continue_(run_id, decision)
         if run.status is Status.QUEUED:
-            await self._wake(run, strict=False)
+            await self.dispatch.wake(run, strict=False)
         return run
 
     async def requeue(
@@ -494,7 +448,7 @@ class Queue:
             force=force,
             lock_grace_seconds=self.config.queue.lock_grace_seconds,
         )
-        await self._wake(run, strict=False)
+        await self.dispatch.wake(run, strict=False)
         return run
 
     async def list_jobs(
@@ -548,11 +502,3 @@ class Queue:
             budget=await BudgetGate(self.config.budget, store).hold(run.user_id, run.configuration),
         )
         return explain(run, store.limits, inputs)
-
-
-def _notifier_for(store: Store, tg: TaskGroup) -> Notifier | None:
-    if not is_listenable(store):
-        return None
-    notifier = Notifier(store)
-    tg.start_soon(notifier.run)
-    return notifier

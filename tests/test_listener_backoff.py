@@ -22,7 +22,12 @@ import pytest
 from helpers import wait_for
 from serve_harness import free_port
 
-from runq.transports.postgres import KEEPALIVE_SECONDS, RECONNECT_MAX, RECONNECT_MIN, Listener
+from runq.store.postgres.notifications import (
+    KEEPALIVE_SECONDS,
+    RECONNECT_MAX,
+    RECONNECT_MIN,
+    Listener,
+)
 
 pytestmark = [pytest.mark.anyio]
 
@@ -90,8 +95,8 @@ async def test_outage_finding_listen_reconnects_back_off_and_log_once(
         return await real_connect(*args, **kwargs)
 
     monkeypatch.setattr(asyncpg, "connect", counting_connect)
-    caplog.set_level(logging.DEBUG, logger="runq.transports.postgres")
-    listener = Listener(via_relay, "runq_backoff_test", on_wake=lambda: None, on_cancel=print)
+    caplog.set_level(logging.DEBUG, logger="runq.store.postgres.notifications")
+    listener = Listener(via_relay, "runq_backoff_test", deliver=print)
 
     async with anyio.create_task_group() as tg:
         async with relay(port, target.hostname or "127.0.0.1", target.port or 5432):

@@ -25,9 +25,9 @@ from runq.api.guards import CurrentIdentity, Services, authenticate
 from runq.api.problems import error_responses
 from runq.api.schemas import is_plausible_id
 from runq.errors import BadRequest, NotFound
+from runq.follow import follow_events
 from runq.model import FINAL_EVENT_KINDS, Run, RunEvent
 from runq.store.events import RESERVED_KINDS
-from runq.transports.follow import follow_events
 
 KEEPALIVE_SECONDS = 15.0
 MAX_PAGE = 1000

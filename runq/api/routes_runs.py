@@ -40,8 +40,8 @@ from runq.api.schemas import (
     is_plausible_id,
 )
 from runq.errors import BadRequest, NotFound, UnknownComponent
+from runq.follow import MAX_WAIT_SECONDS, wait_for_outcome
 from runq.model import NewRun, Run, SubmitResult
-from runq.transports.follow import MAX_WAIT_SECONDS, wait_for_outcome
 
 RunId = Annotated[str, Parameter(description="The run id (equal to its job id).")]
 IdempotencyKey = Annotated[

@@ -119,11 +119,10 @@ def reap_cmd(cli_ctx: CliContext, limit: int, as_json: bool) -> None:
 
     async def go() -> ReapReport:
         async with cli_ctx.queue() as q:
-            notifier = q.notifier
             reaper = Reaper(
                 q.store,
                 ReaperConfig.from_config(config, limit=limit),
-                on_requeued=notifier.request_wake if notifier is not None else None,
+                on_requeued=q.dispatch.wake_everywhere,
             )
             return await reaper.run_once()
 

@@ -42,14 +42,13 @@ from runq.model import (
     UsageTotals,
     WorkerInfo,
 )
+from runq.store.notifications import Notifications
 
 
 @runtime_checkable
 class Store(Protocol):
     #: "sqlite" or "postgres".
     engine: str
-    #: True when the engine has LISTEN/NOTIFY; callers fall back to polling otherwise.
-    supports_listen: bool
     #: Added to the database clock everywhere; tests use it to jump time. Never set in production.
     clock_offset_seconds: float
     #: ``[limits]`` every claim of this process applies (empty: no limits).
@@ -73,6 +72,12 @@ class Store(Protocol):
 
     async def schema_is_current(self) -> bool:
         """True when every migration this version knows has been applied (``/readyz``)."""
+
+    def notifications(self) -> Notifications:
+        """This store's wake-ups, cancels and event messages in this process: one object
+        for the store's life. Where ``crosses_processes`` is true (PostgreSQL) ``send``
+        reaches every replica and a daemon runs ``listen``; otherwise delivery stays in
+        this process and readers elsewhere poll."""
 
     async def ping(self) -> None:
         """One trivial round trip; raises ``StoreUnavailable`` when the database does not answer."""

@@ -9,9 +9,9 @@ becoming a query storm:
   view share one read per ``LISTING_CACHE_SECONDS``;
 - a stream reads at most once per ``MIN_GAP_SECONDS``, however many hints arrive.
 
-The hints come from what the daemon already has: its in-process hub (``LocalHub``, woken
-by every submission, requeue and continue that passes through this replica) and, on
-PostgreSQL, the ``LISTEN`` connection's run notifications (a run paused or settled on any
+The hints come from what the daemon already has: its store's notifications (woken by every
+submission, requeue and continue that passes through this replica and, on PostgreSQL, by
+what the ``LISTEN`` connection hears: wake-ups, and a run paused or settled on any
 replica). Changes no hint covers (a claim on another replica, a run submitted from the
 CLI on the SQLite file) show at the next fallback read.
 
@@ -34,11 +34,10 @@ import anyio
 import msgspec
 from litestar.response.sse import ServerSentEventMessage
 
+from runq.follow import follow_events
 from runq.listing import Page
 from runq.model import Run, RunEvent
 from runq.store.base import Store
-from runq.transports.follow import feed_for, follow_events
-from runq.transports.local import LocalHub
 from runq.ui.chart import ThroughputCache
 from runq.ui.live import RECONNECT_MILLISECONDS, STREAM_LIFETIME_SECONDS
 
@@ -117,10 +116,12 @@ class ConsoleState:
     listings: ListingCache = field(default_factory=ListingCache)
     hint: ChangeHint = field(default_factory=ChangeHint)
 
-    def attach(self, store: Store, hub: LocalHub) -> None:
-        """Fire the hint from the daemon's hub and, on PostgreSQL, from its listener."""
-        hub.subscribe(self.hint.fire, self.hint.fire)
-        feed_for(store).watch_all(self.hint.fire)
+    def attach(self, store: Store) -> None:
+        """Fire the hint on every wake-up, cancel and event message the store's
+        notifications deliver in this process (on PostgreSQL, the listener's too)."""
+        notifications = store.notifications()
+        notifications.subscribe(self.hint.fire, self.hint.fire)
+        notifications.events.watch_all(self.hint.fire)
 
 
 def page_version(page: Page) -> str:

@@ -98,7 +98,7 @@ def console_state(request: AnyRequest) -> ConsoleState:
         return await store.finished_per_minute(window_seconds=MINUTES * 60.0)
 
     made = ConsoleState(throughput=ThroughputCache(read_throughput))
-    made.attach(store, services.queue.local)
+    made.attach(store)
     state[CONSOLE_STATE_KEY] = made
     return made
 

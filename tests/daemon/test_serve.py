@@ -305,7 +305,7 @@ async def test_two_replicas_share_2000_runs_exactly_once_and_cancel_across_them(
             for i in range(2000)
         ]
         ids = await q.store.submit_many(news)
-        await q.store.notify("wake")
+        await q.store.notifications().send("wake")
 
         async def all_completed() -> bool:
             counts = (await q.stats()).counts

@@ -1,4 +1,5 @@
-"""Routing and the wake-up transports, without a daemon."""
+"""Routing, the wake-up transports and the store's in-process notifications, without a
+daemon."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import anyio.lowlevel
 import pytest
 from helpers import wait_for
 
-from runq.transports.base import parse_message, resolve_route
-from runq.transports.local import LocalHub
-from runq.transports.postgres import Notifier
+from runq.store.notifications import MessageKind, Notifications, parse_message
+from runq.transports.notifier import Notifier
+from runq.transports.routing import resolve_route
 
 pytestmark = [pytest.mark.anyio]
 
@@ -24,22 +25,26 @@ def test_the_most_specific_pattern_wins_and_unrouted_is_sync() -> None:
 
 
 def test_messages() -> None:
-    assert parse_message("wake") == ("wake", None)
-    assert parse_message("cancel:abc") == ("cancel", "abc")
-    assert parse_message("cancel:") == ("unknown", None)
-    assert parse_message("hello") == ("unknown", None)
+    assert parse_message("wake") == (MessageKind.WAKE, None)
+    assert parse_message("cancel:abc") == (MessageKind.CANCEL, "abc")
+    assert parse_message("cancel:") == (MessageKind.UNKNOWN, None)
+    assert parse_message("event:abc:7") == (MessageKind.EVENT, "abc")
+    assert parse_message("event:7") == (MessageKind.UNKNOWN, None)
+    assert parse_message("hello") == (MessageKind.UNKNOWN, None)
 
 
-class FakeStore:
-    url = "postgresql://fake"
-    channel = "runq_test"
+class FakeStore(Notifications):
+    """A channel whose sends are recorded, and fail on demand."""
+
+    crosses_processes = True
 
     def __init__(self) -> None:
+        super().__init__()
         self.sent: list[str] = []
         self.attempts = 0
         self.fail = False
 
-    async def notify(self, payload: str) -> None:
+    async def send(self, payload: str) -> None:
         self.attempts += 1
         if self.fail:
             raise OSError("connection refused")
@@ -77,15 +82,41 @@ async def test_a_failed_notify_is_logged_and_not_raised() -> None:
         tg.cancel_scope.cancel()
 
 
-def test_local_hub_reaches_subscribers_until_they_leave() -> None:
-    hub = LocalHub()
+def test_in_process_notifications_reach_subscribers_until_they_leave() -> None:
+    notifications = Notifications()
     woken: list[str] = []
-    unsubscribe = hub.subscribe(lambda: woken.append("wake"), lambda rid: woken.append(rid))
-    hub.wake()
-    hub.cancel("r1")
+    unsubscribe = notifications.subscribe(
+        lambda: woken.append("wake"), lambda rid: woken.append(rid)
+    )
+    notifications.wake_here()
+    notifications.cancel_here("r1")
+    notifications.deliver("wake")
+    notifications.deliver("cancel:r2")
     unsubscribe()
-    hub.wake()
-    assert woken == ["wake", "r1"]
+    notifications.wake_here()
+    assert woken == ["wake", "r1", "wake", "r2"]
+
+
+async def test_an_event_message_wakes_the_followers_of_its_run_only() -> None:
+    notifications = Notifications()
+    seen: list[str] = []
+    notifications.events.watch_all(seen.append)
+    woken = anyio.Event()
+
+    async def follower() -> None:
+        await notifications.events.changed("r1", timeout=10)
+        woken.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(follower)
+        await anyio.wait_all_tasks_blocked()
+        notifications.deliver("event:r2:1")
+        await anyio.wait_all_tasks_blocked()
+        assert not woken.is_set()
+        await notifications.send("event:r1:4")  # in-process: delivered at once
+        with anyio.fail_after(5):
+            await woken.wait()
+    assert seen == ["r2", "r1"]
 
 
 def test_a_lone_producer_carries_every_wake_up_in_its_own_statement() -> None:

@@ -131,7 +131,7 @@ async def test_engine_identity_and_capabilities(handle: StoreHandle) -> None:
     store = handle.store
     assert isinstance(store, Store)
     assert store.engine == handle.engine
-    assert store.supports_listen is (handle.engine == "postgres")
+    assert store.notifications().crosses_processes is (handle.engine == "postgres")
     assert store.clock_offset_seconds == 0.0
 
 

@@ -15,6 +15,7 @@ from runq.store import rows
 from runq.store.postgres import statements as pg_sql
 from runq.store.postgres.connection import Pool
 from runq.store.postgres.head import ClaimHead
+from runq.store.postgres.notifications import PostgresNotifications
 from runq.store.postgres.statements.common import channel_name
 from runq.store.statements import check_schema
 
@@ -76,7 +77,6 @@ class PostgresBase:
     """
 
     engine = "postgres"
-    supports_listen = True
 
     def __init__(
         self,
@@ -137,6 +137,7 @@ class PostgresBase:
         self._event_seqs = EventSeqs()
         #: Where this store's claims start walking the claim index (``head.py``).
         self._claim_head = ClaimHead()
+        self._notifications = PostgresNotifications(self.notify, self.channel, self.listen_url)
 
     @property
     def channel(self) -> str:
@@ -162,6 +163,14 @@ class PostgresBase:
         if self._listen_url:
             return self._listen_url
         return None if self._pgbouncer else self.url
+
+    def notifications(self) -> PostgresNotifications:
+        """This installation's channel in this process (``NOTIFY``, ``LISTEN``)."""
+        return self._notifications
+
+    async def notify(self, payload: str) -> None:
+        """NOTIFY this installation's channel."""
+        await self._db.fetchval(self._sql.notify, self.channel, payload)
 
     async def connect(self) -> None:
         await self._db.connect()

@@ -77,7 +77,3 @@ class PostgresStore(
                 return {r["version"] for r in await con.fetch(sql.applied_versions)}
 
         return wanted <= await self._db.call(read, retry=True)
-
-    async def notify(self, payload: str) -> None:
-        """NOTIFY this installation's channel (the postgres transport's wake-up)."""
-        await self._db.fetchval(self._sql.notify, self.channel, payload)

@@ -13,6 +13,7 @@ from runq.limits import LimitRules
 from runq.model import BudgetBlock, Run
 from runq.seal import Sealer
 from runq.store import rows
+from runq.store.notifications import Notifications
 from runq.store.sqlite import statements as sql
 from runq.store.sqlite.connection import Body, Connections, Row
 from runq.store.statements import check_schema
@@ -36,7 +37,6 @@ class SqliteBase:
     """The state every SQLite verb group reads; ``SqliteStore`` is the whole store."""
 
     engine = "sqlite"
-    supports_listen = False
 
     def __init__(self, path: Path, *, schema: str, sealer: Sealer) -> None:
         self.path = Path(path)
@@ -48,6 +48,13 @@ class SqliteBase:
         self._db = Connections(self.path)
         self._sql = sql.build(schema)
         self._schedule_sql = sql.build_schedules(schema)
+        # No channel reaches across processes on a file: delivery stays in this process,
+        # and readers of other processes poll.
+        self._notifications = Notifications()
+
+    def notifications(self) -> Notifications:
+        """Wake-ups, cancels and event messages of this store in this process."""
+        return self._notifications
 
     async def _write(self, body: Body[T]) -> T:
         return await self._db.write(body, self.clock_offset_seconds)

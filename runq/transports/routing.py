@@ -9,13 +9,9 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Mapping
-from typing import Protocol
 
 DEFAULT_ROUTE = "sync"
 TRANSPORT_NAMES = ("sync", "local", "postgres")
-#: The NOTIFY payload that wakes claimers, and the prefix of one that cancels a run.
-WAKE_MESSAGE = "wake"
-CANCEL_PREFIX = "cancel:"
 
 
 def _specificity(pattern: str) -> tuple[int, int]:
@@ -52,21 +48,3 @@ class Router:
             found = resolve_route(self._routing, component_type, component_id)
             self._cache[key] = found
         return found
-
-
-class ListenableStore(Protocol):
-    """What the postgres transport needs of a store (``PostgresStore`` provides it)."""
-
-    url: str
-    channel: str
-
-    async def notify(self, payload: str) -> None: ...
-
-
-def parse_message(payload: str) -> tuple[str, str | None]:
-    """``"wake"`` → ("wake", None); ``"cancel:<id>"`` → ("cancel", id); else ("unknown", None)."""
-    if payload == WAKE_MESSAGE:
-        return "wake", None
-    if payload.startswith(CANCEL_PREFIX) and len(payload) > len(CANCEL_PREFIX):
-        return "cancel", payload[len(CANCEL_PREFIX) :]
-    return "unknown", None
