@@ -96,7 +96,7 @@ async def test_outage_finding_listen_reconnects_back_off_and_log_once(
 
     monkeypatch.setattr(asyncpg, "connect", counting_connect)
     caplog.set_level(logging.DEBUG, logger="runq.store.postgres.notifications")
-    listener = Listener(via_relay, "runq_backoff_test", deliver=print)
+    listener = Listener(via_relay, "runq_backoff_test", deliver=print, keepalive_sql="SELECT 1")
 
     async with anyio.create_task_group() as tg:
         async with relay(port, target.hostname or "127.0.0.1", target.port or 5432):

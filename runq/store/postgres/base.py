@@ -137,7 +137,9 @@ class PostgresBase:
         self._event_seqs = EventSeqs()
         #: Where this store's claims start walking the claim index (``head.py``).
         self._claim_head = ClaimHead()
-        self._notifications = PostgresNotifications(self.notify, self.channel, self.listen_url)
+        self._notifications = PostgresNotifications(
+            self.notify, self.channel, self.listen_url, keepalive_sql=self._sql_cache.ping
+        )
 
     @property
     def channel(self) -> str:

@@ -47,12 +47,18 @@ class PostgresNotifications(Notifications):
     crosses_processes = True
 
     def __init__(
-        self, notify: Callable[[str], Awaitable[None]], channel: str, listen_url: str | None
+        self,
+        notify: Callable[[str], Awaitable[None]],
+        channel: str,
+        listen_url: str | None,
+        *,
+        keepalive_sql: str,
     ) -> None:
         super().__init__()
         self._notify = notify
         self.channel = channel
         self._listen_url = listen_url
+        self._keepalive_sql = keepalive_sql
         self.listener: Listener | None = None
 
     async def send(self, payload: str) -> None:
@@ -67,7 +73,12 @@ class PostgresNotifications(Notifications):
         if self._listen_url is None:
             task_status.started()  # behind PgBouncer with no direct URL: readers poll
             return
-        self.listener = Listener(self._listen_url, self.channel, deliver=self.deliver)
+        self.listener = Listener(
+            self._listen_url,
+            self.channel,
+            deliver=self.deliver,
+            keepalive_sql=self._keepalive_sql,
+        )
         await self.listener.run(task_status=task_status)
 
 
@@ -81,12 +92,15 @@ class Listener:
         channel: str,
         *,
         deliver: Callable[[str], None],
+        keepalive_sql: str,
         reconnect_min: float = RECONNECT_MIN,
         reconnect_max: float = RECONNECT_MAX,
     ) -> None:
         self._url = url
         self._channel = channel
         self._deliver = deliver
+        #: The trivial statement that proves the connection alive (the store's ``ping``).
+        self._keepalive_sql = keepalive_sql
         self._reconnect_min = reconnect_min
         self._reconnect_max = reconnect_max
         self.connected = False
@@ -186,7 +200,7 @@ class Listener:
             if lost.is_set():
                 raise ConnectionError("listener connection closed")
             with anyio.fail_after(KEEPALIVE_SECONDS):
-                await conn.execute("SELECT 1")
+                await conn.execute(self._keepalive_sql)
 
 
 @dataclass
