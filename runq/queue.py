@@ -25,10 +25,7 @@ import msgspec
 from runq.components import ComponentRegistry
 from runq.config import Config, load_config
 from runq.errors import BadRequest, NotFound, StoreUnavailable, UnknownComponent
-from runq.follow import run_events, wait_for_outcome
-from runq.limits.budget import BudgetGate
-from runq.limits.waits import WaitInputs, explain
-from runq.listing import ALL_RUNS, Page, RunCursor, RunFilter
+from runq.follow import follow_events, run_events, wait_for_outcome
 from runq.log import get_logger
 from runq.metrics import SUBMISSIONS
 from runq.model import (
@@ -38,12 +35,9 @@ from runq.model import (
     NewRun,
     Run,
     RunEvent,
-    Stats,
     Status,
     SubmitResult,
     UniqueSpec,
-    WaitReason,
-    fleet_divergences,
 )
 from runq.store import open_store
 from runq.store.base import Store
@@ -398,14 +392,10 @@ class Queue:
         except Exception as e:
             raise StoreUnavailable(f"{error}; and the run could not be failed: {e}") from cause
 
-    # -- operator verbs --------------------------------------------------------------------------
+    # -- a run after its submission ---------------------------------------------------------
 
     async def get(self, run_id: str) -> Run | None:
         return await self.store.get(run_id)
-
-    async def error_detail(self, run_id: str) -> str | None:
-        """The run's full error text, opened from its sealed column: admins only."""
-        return await self.store.error_detail(run_id)
 
     async def wait(self, run_id: str, timeout: float | None = None) -> Run:  # noqa: ASYNC109
         """The run once it is final or paused, or as it is after ``timeout`` seconds.
@@ -414,6 +404,13 @@ class Queue:
         if run is None:
             raise NotFound(f"no run {run_id}")
         return run
+
+    def follow(
+        self, run_id: str, *, after: int = 0, keepalive_seconds: float | None = None
+    ) -> AsyncIterator[RunEvent | None]:
+        """``events`` with a ``None`` every ``keepalive_seconds`` without an event (for the
+        keep-alive comments of a server-sent event stream)."""
+        return follow_events(self.store, run_id, after=after, keepalive_seconds=keepalive_seconds)
 
     def events(self, run_id: str, after: int = 0) -> AsyncIterator[RunEvent]:
         """``async for event in queue.events(run_id)``: the stored events after ``after``,
@@ -450,55 +447,3 @@ class Queue:
         )
         await self.dispatch.wake(run, strict=False)
         return run
-
-    async def list_jobs(
-        self,
-        *,
-        statuses: Sequence[Status] = (),
-        page: int = 1,
-        limit: int = 20,
-        sort_by: str = "created_at",
-        sort_order: str = "desc",
-        user_id: str | None = None,
-        where: RunFilter = ALL_RUNS,
-        after: RunCursor | None = None,
-    ) -> Page:
-        return await self.store.list_jobs(
-            statuses=statuses,
-            page=page,
-            limit=limit,
-            sort_by=sort_by,
-            sort_order=sort_order,
-            user_id=user_id,
-            where=where,
-            after=after,
-        )
-
-    async def stats(self) -> Stats:
-        stats = await self.store.stats()
-        stats.pauses = await self.store.list_pauses()
-        live = await self.store.list_workers(max_age_seconds=self.config.queue.live_worker_seconds)
-        stats.fleet_divergences = fleet_divergences(live)
-        return stats
-
-    async def why_waiting(self, run: Run) -> WaitReason | None:
-        """A queued run's reason for waiting (None when nothing holds it back)."""
-        if run.status is not Status.QUEUED:
-            return None
-        store = self.store
-        served = True
-        if run.deployment_id:
-            workers = await store.list_workers(
-                max_age_seconds=self.config.queue.live_worker_seconds
-            )
-            served = any(w.deployment_id == run.deployment_id for w in workers)
-        inputs = WaitInputs(
-            state=await store.limits_state(),
-            pauses=await store.list_pauses(),
-            session_ahead=bool(run.session_id)
-            and self.config.queue.serialize_sessions
-            and await store.session_ahead(run.id, run.session_id or ""),
-            deployment_served=served,
-            budget=await BudgetGate(self.config.budget, store).hold(run.user_id, run.configuration),
-        )
-        return explain(run, store.limits, inputs)

@@ -25,7 +25,6 @@ from runq.api.guards import CurrentIdentity, Services, authenticate
 from runq.api.problems import error_responses
 from runq.api.schemas import is_plausible_id
 from runq.errors import BadRequest, NotFound
-from runq.follow import follow_events
 from runq.model import FINAL_EVENT_KINDS, Run, RunEvent
 from runq.store.events import RESERVED_KINDS
 
@@ -81,9 +80,8 @@ def _frame(event: RunEvent) -> ServerSentEventMessage:
 async def _stream(
     services: ApiServices, run_id: str, after: int, content: bool
 ) -> AsyncIterator[ServerSentEventMessage]:
-    store = services.queue.store
-    async for event in follow_events(
-        store, run_id, after=after, keepalive_seconds=KEEPALIVE_SECONDS
+    async for event in services.queue.follow(
+        run_id, after=after, keepalive_seconds=KEEPALIVE_SECONDS
     ):
         if event is None:
             yield ServerSentEventMessage(comment="keep-alive", data=None, sep="\n")
@@ -122,7 +120,7 @@ async def run_events(
     start = _resume_point(after, last_event_id)
     content = identity.can_read_content(run)
     if _wants_json(accept, stream):
-        stored = await services.queue.store.list_events(run.id, after=start, limit=limit)
+        stored = await services.ops.list_events(run.id, after=start, limit=limit)
         events = [for_viewer(e, content) for e in stored]
         return Response(
             EventsPage(

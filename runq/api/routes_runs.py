@@ -10,6 +10,7 @@ carry no payload or answer unless the run is the approver's own.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated
 
 from litestar import Response, Router, get, post
@@ -40,8 +41,9 @@ from runq.api.schemas import (
     is_plausible_id,
 )
 from runq.errors import BadRequest, NotFound, UnknownComponent
-from runq.follow import MAX_WAIT_SECONDS, wait_for_outcome
+from runq.follow import MAX_WAIT_SECONDS
 from runq.model import NewRun, Run, SubmitResult
+from runq.ops.views import OWNER_CONTENT_VIEW, OWNER_VIEW, RunView
 
 RunId = Annotated[str, Parameter(description="The run id (equal to its job id).")]
 IdempotencyKey = Annotated[
@@ -201,8 +203,9 @@ async def _visible_run(services: ApiServices, identity: Identity, run_id: str) -
     return run
 
 
-def _out(identity: Identity, run: Run) -> RunOut:
-    return RunOut.from_run(run, with_content=identity.can_read_content(run))
+def _out(identity: Identity, run: Run) -> RunView:
+    content = identity.can_read_content(run)
+    return RunView.of(run, OWNER_CONTENT_VIEW if content else OWNER_VIEW)
 
 
 @get(
@@ -240,7 +243,7 @@ async def list_runs(
     after = decoded_cursor(cursor)
     if not sees_all and (identity.user_id is None or identity.service_account):
         return RunsPage(data=[], next_cursor=None)  # owns no runs (see Identity.owns)
-    found = await services.queue.store.list_runs(where, after=after, limit=limit)
+    found = await services.ops.list_runs(where, after=after, limit=limit)
     return RunsPage(data=[_out(identity, run) for run in found.data], next_cursor=found.next_cursor)
 
 
@@ -262,9 +265,10 @@ async def read_run(
 ) -> RunOut:
     run = await _visible_run(services, identity, run_id)
     if wait:
-        run = await wait_for_outcome(services.queue.store, run.id, wait) or run
+        with contextlib.suppress(NotFound):  # gone meanwhile: answer with what was read
+            run = await services.queue.wait(run.id, wait)
     out = _out(identity, run)
-    out.waiting = await services.queue.why_waiting(run)
+    out.waiting = await services.ops.why_waiting(run)
     return out
 
 

@@ -8,8 +8,8 @@ import json
 import logging
 import sys
 import traceback
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -25,6 +25,7 @@ from runq.model import Actor
 from runq.store import sqlite_path
 
 if TYPE_CHECKING:
+    from runq.ops.operations import Operations
     from runq.queue import Queue
 
 T = TypeVar("T")
@@ -62,6 +63,23 @@ class CliContext:
             refuse_missing_database(self.config)
         registry = None if components else ComponentRegistry({})
         return Queue.open(config=self.config, migrate=migrate, components=registry)
+
+    @asynccontextmanager
+    async def operations(self) -> AsyncIterator[Operations]:
+        """The operator's side of the configured store (``runq.ops``), for reads, pauses
+        and schedules; refuses a missing SQLite database as ``queue`` does."""
+        from runq.ops.operations import Operations
+
+        async with self.queue() as queue:
+            yield Operations(queue.store, self.config)
+
+    @asynccontextmanager
+    async def both(self) -> AsyncIterator[tuple[Queue, Operations]]:
+        """The producer and the operator's side on one store (find a run, then act on it)."""
+        from runq.ops.operations import Operations
+
+        async with self.queue() as queue:
+            yield queue, Operations(queue.store, self.config)
 
     @property
     def cli_actor(self) -> Actor:

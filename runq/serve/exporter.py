@@ -31,7 +31,8 @@ from runq.metrics import (
     RUNS,
     STORE_ERRORS,
 )
-from runq.model import QueueHealth, Status, WorkerInfo, fleet_divergences
+from runq.model import QueueHealth, Status, WorkerInfo
+from runq.ops.fleet import fleet_divergences
 from runq.store.base import Store
 
 log = get_logger(__name__)

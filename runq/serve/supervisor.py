@@ -36,6 +36,7 @@ from runq.maintenance.retention import Retention, RetentionConfig
 from runq.maintenance.scheduler import Scheduler, check_schedule_components
 from runq.maintenance.service import run_periodically
 from runq.metrics import EVENT_LOOP_LAG
+from runq.ops.operations import Operations
 from runq.queue import Queue
 from runq.serve.exporter import Exporter, ExporterConfig
 from runq.serve.http_server import (
@@ -321,6 +322,7 @@ class Supervisor:
 
         services = ApiServices(
             queue=self.queue,
+            ops=Operations(self.store, self.config),
             config=self.config,
             worker_enabled=self.worker_enabled,
             render_metrics=self.exporter.render,

@@ -14,8 +14,6 @@ from litestar.response import Redirect
 
 from runq.api.guards import services_of
 from runq.errors import NotFound
-from runq.maintenance.scheduler import schedule_views, set_schedule_paused
-from runq.ui.limits import limits_use
 from runq.ui.render import render
 from runq.ui.session import check_csrf, identity_of
 
@@ -48,7 +46,7 @@ async def schedules_page(request: AnyRequest) -> HTML:
         "schedules.html",
         identity=identity_of(request),
         title="Schedules",
-        schedules=await schedule_views(services.queue.store, services.config),
+        schedules=await services.ops.schedules(),
         flash=_flash(request),
     )
 
@@ -58,7 +56,7 @@ async def _set_schedule(request: AnyRequest, name: str, *, paused: bool) -> Redi
     if len(name) > MAX_NAME_CHARS:
         raise NotFound("no such schedule")
     services = services_of(request)
-    await set_schedule_paused(services.queue.store, services.config, name, paused=paused)
+    await services.ops.set_schedule_paused(name, paused=paused)
     done = "schedule_paused" if paused else "schedule_resumed"
     return Redirect(f"/ui/queue/schedules?{urlencode({'done': done})}", status_code=303)
 
@@ -75,10 +73,7 @@ async def resume_schedule_action(request: AnyRequest, name: str) -> Redirect:
 
 @get("/limits")
 async def limits_page(request: AnyRequest) -> HTML:
-    store = services_of(request).queue.store
-    pauses = await store.list_pauses()
-    state = await store.limits_state()
-    groups, pause_uses = limits_use(store.limits, state, pauses, await store.queued_by_component())
+    groups, pause_uses = await services_of(request).ops.limits_use()
     return render(
         request,
         "limits.html",
@@ -95,11 +90,7 @@ async def remove_pause_action(request: AnyRequest, pause_id: str) -> Redirect:
     """As ``DELETE /queue/pauses/{id}``: the paused runs may be claimed at once."""
     await _csrf_checked(request)
     services = services_of(request)
-    removed = (
-        None
-        if len(pause_id) > MAX_NAME_CHARS
-        else await services.queue.store.remove_pause(pause_id)
-    )
+    removed = None if len(pause_id) > MAX_NAME_CHARS else await services.ops.remove_pause(pause_id)
     if removed is None:
         raise NotFound("no such pause (already removed?)")
     services.wake()

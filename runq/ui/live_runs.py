@@ -28,16 +28,15 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import msgspec
 from litestar.response.sse import ServerSentEventMessage
 
-from runq.follow import follow_events
 from runq.listing import Page
 from runq.model import Run, RunEvent
-from runq.store.base import Store
+from runq.store.notifications import Notifications
 from runq.ui.chart import ThroughputCache
 from runq.ui.live import RECONNECT_MILLISECONDS, STREAM_LIFETIME_SECONDS
 
@@ -53,6 +52,14 @@ LISTING_CACHE_VIEWS = 64
 TIMELINE_KEEPALIVE_SECONDS = 15.0
 
 _json = msgspec.json.Encoder()
+
+
+class Follow(Protocol):
+    """``Queue.follow``: a run's events, then ``None`` every ``keepalive_seconds`` idle."""
+
+    def __call__(
+        self, run_id: str, *, after: int = 0, keepalive_seconds: float | None = None
+    ) -> AsyncIterator[RunEvent | None]: ...
 
 
 class ChangeHint:
@@ -116,10 +123,9 @@ class ConsoleState:
     listings: ListingCache = field(default_factory=ListingCache)
     hint: ChangeHint = field(default_factory=ChangeHint)
 
-    def attach(self, store: Store) -> None:
+    def attach(self, notifications: Notifications) -> None:
         """Fire the hint on every wake-up, cancel and event message the store's
         notifications deliver in this process (on PostgreSQL, the listener's too)."""
-        notifications = store.notifications()
         notifications.subscribe(self.hint.fire, self.hint.fire)
         notifications.events.watch_all(self.hint.fire)
 
@@ -168,7 +174,7 @@ def timeline_item(event: RunEvent) -> dict[str, Any]:
 
 
 async def timeline_stream(
-    store: Store,
+    follow: Follow,
     run: Run,
     *,
     after: int,
@@ -176,9 +182,10 @@ async def timeline_stream(
     keepalive: float = TIMELINE_KEEPALIVE_SECONDS,
 ) -> AsyncIterator[ServerSentEventMessage]:
     """The run's events after ``after`` as ``timeline`` events (``id`` = seq, so a
-    reconnecting browser resumes where it stopped), ending after the final event."""
+    reconnecting browser resumes where it stopped), ending after the final event.
+    ``follow`` is ``Queue.follow``."""
     yield ServerSentEventMessage(comment="runq console", retry=RECONNECT_MILLISECONDS)
-    async for event in follow_events(store, run.id, after=after, keepalive_seconds=keepalive):
+    async for event in follow(run.id, after=after, keepalive_seconds=keepalive):
         if event is None:
             yield ServerSentEventMessage(comment="keep-alive")
             continue

@@ -17,6 +17,7 @@ from runq.api import ApiServices
 from runq.api.app import create_app
 from runq.config import Config, HttpConfig, StoreConfig
 from runq.errors import ConfigError, SealError, StoreUnavailable
+from runq.ops.operations import Operations
 from runq.queue import Queue
 
 pytestmark = pytest.mark.anyio
@@ -46,6 +47,7 @@ class Probe:
 def services(queue: Queue, probe: Probe, *, worker: bool = True) -> ApiServices:
     return ApiServices(
         queue=queue,
+        ops=Operations(queue.store, queue.config),
         config=queue.config,
         worker_enabled=worker,
         render_metrics=probe.metrics,
@@ -166,6 +168,7 @@ async def test_create_app_refuses_an_unreadable_key(
     )
     broken = ApiServices(
         queue=queue,
+        ops=Operations(queue.store, queue.config),
         config=config,
         worker_enabled=True,
         render_metrics=Probe().metrics,

@@ -91,7 +91,7 @@ def _worker(q: Queue, limit: int) -> tuple[RecordingStore, WorkerRuntime, Claime
 
 
 async def _completed(q: Queue) -> int:
-    return (await q.stats()).counts.get(Status.COMPLETED.value, 0)
+    return (await q.store.stats()).counts.get(Status.COMPLETED.value, 0)
 
 
 async def test_fast_handlers_are_claimed_ahead_within_the_cap(runq_setup: RunqSetup) -> None:

@@ -45,7 +45,7 @@ async def test_claims_never_exceed_max_concurrency(runq_setup: RunqSetup) -> Non
         )
 
         async def all_done() -> bool:
-            return (await q.stats()).counts.get(Status.COMPLETED.value, 0) == RUNS
+            return (await q.store.stats()).counts.get(Status.COMPLETED.value, 0) == RUNS
 
         async with runtime.active(batching=True), anyio.create_task_group() as tg:
             tg.start_soon(claimer.run, tg)

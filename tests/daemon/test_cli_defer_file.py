@@ -20,7 +20,7 @@ def write_lines(path: Path, lines: list[object]) -> str:
 
 async def queued(setup: RunqSetup) -> int:
     async with setup.queue() as q:
-        return int((await q.stats()).counts.get("queued", 0))
+        return int((await q.store.stats()).counts.get("queued", 0))
 
 
 async def test_defer_from_file(runq_setup: RunqSetup) -> None:

@@ -13,6 +13,7 @@ from serve_handlers import read_executions
 from serve_harness import RunqSetup, pg_ready, pg_setup, runq_engine, runq_setup
 
 from runq.errors import BadRequest, NotFound, UnknownComponent
+from runq.listing import RunFilter
 from runq.model import NewRun, Run, Status, TerminationReason
 from runq.worker.claimer import sweep
 from runq.worker.runtime import WorkerRuntime
@@ -111,8 +112,8 @@ async def test_submissions_are_validated(runq_setup: RunqSetup) -> None:
             await q.defer("task", "nope")
         with pytest.raises(BadRequest):
             await q.defer("robot", "echo")
-        assert await q.stats() is not None
-        assert (await q.stats()).counts.get("queued", 0) == 0
+        assert await q.store.stats() is not None
+        assert (await q.store.stats()).counts.get("queued", 0) == 0
 
 
 async def test_a_cancel_is_not_swallowed_and_a_kept_cancel_stops_the_next_attempt_at_once(
@@ -127,7 +128,7 @@ async def test_a_cancel_is_not_swallowed_and_a_kept_cancel_stops_the_next_attemp
         tg.start_soon(execute)
 
         async def running() -> Run | None:
-            page = await q.list_jobs(statuses=[Status.RUNNING])
+            page = await q.store.list_jobs(where=RunFilter(statuses=(Status.RUNNING,)))
             return page.data[0] if page.data else None
 
         run = await wait_for(running, timeout=10, message="the run executes")
@@ -177,7 +178,7 @@ async def test_a_failed_dispatch_fails_the_run_but_a_failed_defer_wake_up_leaves
         async def broken(payload: str) -> None:
             raise OSError("NOTIFY refused")
 
-        q.store.notify = broken  # type: ignore[method-assign]
+        q.store.notifications().send = broken  # type: ignore[method-assign]
         run = await q.enqueue("task", "echo", {"x": 1})
         assert run.status is Status.FAILED
         assert run.termination_reason is TerminationReason.NOT_RETRYABLE

@@ -308,7 +308,7 @@ async def test_two_replicas_share_2000_runs_exactly_once_and_cancel_across_them(
         await q.store.notifications().send("wake")
 
         async def all_completed() -> bool:
-            counts = (await q.stats()).counts
+            counts = (await q.store.stats()).counts
             return counts.get("completed", 0) == 2000
 
         await wait_for(all_completed, timeout=90, interval=0.25, message="2000 runs complete")

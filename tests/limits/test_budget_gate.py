@@ -18,6 +18,7 @@ from serve_harness import RunqSetup, runq_engine, runq_setup
 from runq.context import RunContext
 from runq.limits.budget import BudgetGate
 from runq.model import Actor, Status, UsageTotals
+from runq.ops.operations import Operations
 from runq.worker.claimer import Claimer, ClaimerConfig, sweep
 from runq.worker.runtime import WorkerRuntime
 
@@ -77,7 +78,7 @@ async def test_a_user_over_the_cap_waits_while_others_run_and_runs_after_midnigh
         assert await statuses(q, a_ids) == [Status.COMPLETED] * 3 + [Status.QUEUED]
         assert (await q.get(a_ids[3])).attempt == 0
         held = await q.get(a_ids[3])
-        reason = await q.why_waiting(held)
+        reason = await Operations(q.store, q.config).why_waiting(held)
         assert reason is not None
         assert reason.kind == "budget", reason
         assert reason.message.startswith("budget user:day of user alice exhausted (runs 3/3)")

@@ -57,7 +57,7 @@ async def all_runs(q: Any, ids: list[str]) -> list[Run]:
 
 
 async def count_completed(q: Any) -> int:
-    return int((await q.stats()).counts.get(Status.COMPLETED.value, 0))
+    return int((await q.store.stats()).counts.get(Status.COMPLETED.value, 0))
 
 
 @pytest.mark.parametrize("runs", [pytest.param(1000, id="1000")])
@@ -73,7 +73,7 @@ async def test_three_replicas_never_run_more_than_the_limit(
 
         async def sample() -> None:
             while not done.is_set():
-                samples.append((await q.stats()).counts.get(Status.RUNNING.value, 0))
+                samples.append((await q.store.stats()).counts.get(Status.RUNNING.value, 0))
                 await anyio.sleep(0.01)
 
         async with anyio.create_task_group() as tg:

@@ -12,7 +12,8 @@ import pytest
 from serve_harness import RunqSetup, runq_engine, runq_setup  # fixtures are used by name
 
 from runq.config import ScheduleConfig
-from runq.maintenance.scheduler import Cron, Scheduler
+from runq.cron import Cron
+from runq.maintenance.scheduler import Scheduler
 from runq.store.base import Store
 
 pytestmark = pytest.mark.anyio

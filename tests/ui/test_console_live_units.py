@@ -10,8 +10,8 @@ from runq.config import LimitConfig
 from runq.limits import LimitRules, LimitState, Pause
 from runq.listing import Page
 from runq.model import Actor, QueuedCount, Run, Status
+from runq.ops.limits_use import limits_use
 from runq.ui.chart import HEIGHT, MINUTES, ThroughputCache, throughput_from_rows
-from runq.ui.limits import limits_use
 from runq.ui.live_runs import ChangeHint, ListingCache, page_version
 
 pytestmark = pytest.mark.anyio

@@ -3,12 +3,8 @@ git does with commit ids), so an id cut short by a narrow terminal is still usab
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from runq.errors import NotFound, RunqError
-
-if TYPE_CHECKING:
-    from runq.store.base import Store
+from runq.store.base import Store
 
 #: How many candidates an ambiguous prefix lists.
 CANDIDATES_SHOWN = 10
