@@ -22,21 +22,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import anyio
-
-from runq.backoff import backoff_delay
 from runq.components import ComponentRegistry
 from runq.config import Config, ScheduleConfig
 from runq.cron import Cron
 from runq.errors import ConfigError
 from runq.log import get_logger
+from runq.loops import SERVICE_BACKOFF, Retry, run_periodically
 from runq.metrics import (
     SCHEDULE_FIRED,
     SCHEDULE_LAST_FIRE,
     SCHEDULE_MISSED,
     SCHEDULE_NEXT_FIRE,
     SCHEDULE_SKIPPED,
-    STORE_ERRORS,
 )
 from runq.model import NewRun, ScheduleState
 from runq.store.base import Store
@@ -200,16 +197,11 @@ class Scheduler:
         logged and retried with backoff; cancellation is never swallowed."""
         if not self.schedules:
             return
-        failures = 0
-        while True:
-            try:
-                report = await self.run_once()
-            except Exception as e:
-                failures += 1
-                STORE_ERRORS.labels(service="scheduler").inc()
-                delay = min(self.max_sleep, backoff_delay(failures))
-                log.warning("scheduler.pass_failed", error=str(e) or type(e).__name__)
-                await anyio.sleep(delay)
-                continue
-            failures = 0
-            await anyio.sleep(self._sleep_after(report))
+        retry = Retry(
+            SERVICE_BACKOFF,
+            metric="scheduler",
+            event="scheduler.pass_failed",
+            log_delay=False,
+            ceiling=self.max_sleep,
+        )
+        await run_periodically(self.run_once, retry=retry, interval=self._sleep_after)

@@ -31,10 +31,10 @@ from runq.components import ComponentRegistry
 from runq.config import Config
 from runq.errors import ConfigError
 from runq.log import get_logger
+from runq.loops import run_periodically, service_retry
 from runq.maintenance.reaper import Reaper, ReaperConfig
 from runq.maintenance.retention import Retention, RetentionConfig
 from runq.maintenance.scheduler import Scheduler, check_schedule_components
-from runq.maintenance.service import run_periodically
 from runq.metrics import EVENT_LOOP_LAG
 from runq.ops.operations import Operations
 from runq.queue import Queue
@@ -210,12 +210,13 @@ class Supervisor:
         services.start_soon(self.runtime.completer.run)
         services.start_soon(self.reaper.run)
         services.start_soon(self.retention.run)
-        services.start_soon(
-            run_periodically,
-            "workers",
-            self.registry.prune_once,
-            self.registry.config.prune_interval_seconds,
-        )
+        services.start_soon(self._prune_workers)
+
+    async def _prune_workers(self) -> None:
+        """Forget workers not seen for long (``runq status`` counts the live ones)."""
+        interval = self.registry.config.prune_interval_seconds
+        retry = service_retry("workers", interval)
+        await run_periodically(self.registry.prune_once, retry=retry, interval=interval)
 
     async def _start_listener(self, services: TaskGroup) -> None:
         """Hear the other replicas (PostgreSQL's ``LISTEN``): their wake-ups and cancels

@@ -16,7 +16,6 @@ import anyio
 import anyio.lowlevel
 import msgspec
 
-from runq.backoff import backoff_delay
 from runq.errors import (
     BudgetExhausted,
     LeaseLost,
@@ -27,11 +26,12 @@ from runq.errors import (
     RunInterrupted,
 )
 from runq.log import get_logger
+from runq.loops import UNAVAILABLE_ERRORS, WRITE_BACKOFF, Retry
 from runq.metrics import FENCED_WRITES, LEASES_LOST, RUN_DURATION, RUNS_FINISHED, STORE_ERRORS
 from runq.model import Completion, FailOutcome, Run, TerminationReason, retry_delay
 from runq.privacy import keep_answer_async, keep_error
 from runq.store.base import Store
-from runq.worker.completer import TRANSIENT_ERRORS, Completer, WriteResult
+from runq.worker.completer import Completer, WriteResult
 from runq.worker.execution import (
     SHUTDOWN_ERROR,
     Execution,
@@ -223,21 +223,20 @@ class Settler:
         reaper settles the run."""
         timeout = self.config.settle_timeout_seconds
         deadline = None if timeout is None else time.monotonic() + timeout
-        failures = 0
+        retry = Retry(WRITE_BACKOFF, metric="executor", event=None)
         while True:
             try:
                 if not ex.shutdown_requested:
                     return await call()
                 return await _finish_before_cancel(call)
-            except TRANSIENT_ERRORS as e:
-                failures += 1
-                STORE_ERRORS.labels(service="executor").inc()
+            except UNAVAILABLE_ERRORS as e:
+                delay = retry.failed(e)
                 if deadline is not None and time.monotonic() >= deadline:
                     log.error(
                         "run.settle_failed", verb=verb, error=error_text(e), **self._fields(ex.run)
                     )
                     return None
-                await anyio.sleep(backoff_delay(failures, cap=2.0, base=0.1))
+                await anyio.sleep(delay)
             except Exception as e:
                 # Not the database being away: retrying would repeat it. The reaper settles
                 # the run once its lease goes stale.

@@ -19,7 +19,6 @@ that claim pass, or by the poll.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -29,6 +28,7 @@ from anyio.abc import TaskStatus
 
 from runq.config import redact_url
 from runq.log import get_logger
+from runq.loops import LISTENER_BACKOFF, Backoff
 from runq.metrics import STORE_ERRORS
 from runq.store.notifications import WAKE_MESSAGE, Notifications
 
@@ -37,8 +37,8 @@ log = get_logger(__name__)
 #: How often the listener proves its connection alive; a dead one is replaced.
 KEEPALIVE_SECONDS = 5.0
 #: The first reconnect delay and the cap the doubling stops at (seconds, before jitter).
-RECONNECT_MIN = 0.1
-RECONNECT_MAX = 5.0
+RECONNECT_MIN = LISTENER_BACKOFF.base
+RECONNECT_MAX = LISTENER_BACKOFF.cap
 
 
 class PostgresNotifications(Notifications):
@@ -93,16 +93,14 @@ class Listener:
         *,
         deliver: Callable[[str], None],
         keepalive_sql: str,
-        reconnect_min: float = RECONNECT_MIN,
-        reconnect_max: float = RECONNECT_MAX,
+        backoff: Backoff = LISTENER_BACKOFF,
     ) -> None:
         self._url = url
         self._channel = channel
         self._deliver = deliver
         #: The trivial statement that proves the connection alive (the store's ``ping``).
         self._keepalive_sql = keepalive_sql
-        self._reconnect_min = reconnect_min
-        self._reconnect_max = reconnect_max
+        self._backoff = backoff
         self.connected = False
         self.reconnects = 0
         self._listened_once = False
@@ -117,7 +115,7 @@ class Listener:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Listen until cancelled, reconnecting forever. Reports started after the first
         LISTEN (or the first failure, so a database outage never blocks the start)."""
-        delay = self._reconnect_min
+        attempts = 0
         while True:
             self._held_for = 0.0
             failure: str | None = None
@@ -127,14 +125,14 @@ class Listener:
                 failure = str(e) or type(e).__name__
             if self._held_for >= KEEPALIVE_SECONDS:
                 # A connection that held was a healthy period: this is a new outage.
-                delay = self._reconnect_min
+                attempts = 0
+            attempts += 1
             if failure is not None:
                 STORE_ERRORS.labels(service="listener").inc()
-                self._note_failure(failure, delay)
+                self._note_failure(failure, self._backoff.ceiling(attempts))
             self._report_started(task_status)
             self.connected = False
-            await anyio.sleep(delay * random.uniform(0.5, 1.0))
-            delay = min(delay * 2, self._reconnect_max)
+            await anyio.sleep(self._backoff.delay(attempts))
 
     def _note_failure(self, error: str, delay: float) -> None:
         """The first failure of an outage is a warning; the rest of it, debug lines."""
