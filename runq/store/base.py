@@ -36,7 +36,6 @@ from runq.model import (
     ScheduleState,
     SlotFire,
     Stats,
-    Status,
     SubmitResult,
     UsageKey,
     UsageTotals,
@@ -280,19 +279,17 @@ class Store(Protocol):
     async def list_jobs(
         self,
         *,
-        statuses: Sequence[Status] = (),
         page: int = 1,
         limit: int = 20,
         sort_by: str = "created_at",
         sort_order: str = "desc",
-        user_id: str | None = None,
         where: RunFilter = ALL_RUNS,
         after: RunCursor | None = None,
     ) -> Page:
         """Paged listing. ``sort_by`` outside ``SORTABLE_FIELDS`` falls back to ``created_at``;
-        never interpolated. ``statuses`` and ``user_id`` narrow ``where``. ``after``: keyset
-        paging from a cursor (meaningful when sorted by ``created_at``; then ``page`` should
-        be 1, and ``next_cursor`` of the answer continues the listing)."""
+        never interpolated. ``after``: keyset paging from a cursor (meaningful when sorted
+        by ``created_at``; then ``page`` should be 1, and ``next_cursor`` of the answer
+        continues the listing). Both engines share it (``runq.store.listings``)."""
 
     async def list_runs(self, where: RunFilter, *, after: RunCursor | None, limit: int) -> RunList:
         """At most ``limit`` runs matching ``where``, newest first (created_at, id), after the

@@ -16,7 +16,6 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import msgspec
 
 from runq.errors import InvalidPayload, SealError
-from runq.listing import Page, RunCursor, RunFilter, RunList
 from runq.model import (
     Actor,
     Completion,
@@ -34,7 +33,6 @@ from runq.model import (
     WorkerInfo,
 )
 from runq.seal import Sealer, sealed_key_id
-from runq.store.statements import sort_column
 
 # -- JSON and sealing -------------------------------------------------------------------
 
@@ -454,85 +452,3 @@ def pause_from_row(row: Any) -> Pause:
 
 
 # -- listings ---------------------------------------------------------------------------
-
-
-def listing_filter(where: RunFilter, statuses: Sequence[Status], user_id: str | None) -> RunFilter:
-    """``where`` with the older ``statuses``/``user_id`` arguments of ``list_jobs`` folded in."""
-    if statuses:
-        where = msgspec.structs.replace(where, statuses=tuple(Status(s) for s in statuses))
-    if user_id is not None:
-        where = msgspec.structs.replace(where, user_id=user_id)
-    return where
-
-
-class ListingStatements(Protocol):
-    """An engine's statement builders for run listings (its ``statements`` package)."""
-
-    def list_page(
-        self,
-        schema: str,
-        where: RunFilter,
-        *,
-        after: RunCursor | None,
-        sort_by: str,
-        sort_order: str,
-        limit: int,
-        offset: int,
-    ) -> tuple[str, list[Any]]: ...
-
-    def count_listed(self, schema: str, where: RunFilter) -> tuple[str, list[Any]]: ...
-
-
-class Listing(NamedTuple):
-    """One page of a run listing, engine-neutral: the arguments made sane once, the
-    statements built by the engine's builders, and the rows read turned into the page."""
-
-    where: RunFilter
-    page: int
-    limit: int
-    sort_by: str
-    sort_order: str
-    after: RunCursor | None
-
-    @classmethod
-    def of(
-        cls,
-        where: RunFilter,
-        *,
-        after: RunCursor | None,
-        limit: int,
-        page: int = 1,
-        sort_by: str = "created_at",
-        sort_order: str = "desc",
-    ) -> Listing:
-        return cls(where, max(int(page), 1), max(int(limit), 1), sort_by, sort_order, after)
-
-    def page_statement(self, build: ListingStatements, schema: str) -> tuple[str, list[Any]]:
-        """One row more than the page: whether another page follows."""
-        return build.list_page(
-            schema,
-            self.where,
-            after=self.after,
-            sort_by=self.sort_by,
-            sort_order=self.sort_order,
-            limit=self.limit + 1,
-            offset=(self.page - 1) * self.limit,
-        )
-
-    def trimmed(self, runs: list[Run]) -> tuple[list[Run], str | None]:
-        """Rows read with ``limit + 1`` → the page and, when a row follows it and the order
-        is (created_at, id), the cursor of the next page."""
-        page = runs[: self.limit]
-        more = len(runs) > self.limit and bool(page)
-        keyset = sort_column(self.sort_by) == "created_at"
-        return page, RunCursor.of(page[-1]).encode() if more and keyset else None
-
-    def as_page(self, runs: list[Run], total: int) -> Page:
-        data, cursor = self.trimmed(runs)
-        return Page(
-            data=data, page=self.page, limit=self.limit, total_count=total, next_cursor=cursor
-        )
-
-    def as_run_list(self, runs: list[Run]) -> RunList:
-        data, cursor = self.trimmed(runs)
-        return RunList(data=data, next_cursor=cursor)

@@ -6,18 +6,16 @@ Each action is what the CLI and the API already do (``set_schedule_paused``,
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import urlencode
 
-from litestar import Request, Response, get, post
+from litestar import Response, get, post
 from litestar.response import Redirect
 
 from runq.api.guards import services_of
 from runq.errors import NotFound
 from runq.ui.render import render
-from runq.ui.session import check_csrf, identity_of
+from runq.ui.session import AnyRequest, check_csrf, identity_of
 
-AnyRequest = Request[Any, Any, Any]
 HTML = Response[str]
 
 #: What a redirect after an action here may say; the URL carries the key, never free text.

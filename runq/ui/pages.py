@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from litestar import Request, Response, get, post
+from litestar import Response, get, post
 from litestar.datastructures import FormMultiDict
 from litestar.response import Redirect, ServerSentEvent
 
@@ -33,6 +33,7 @@ from runq.ui.live_runs import ConsoleState, timeline_stream
 from runq.ui.overview import Overview, overview_from_metrics
 from runq.ui.render import partial, render
 from runq.ui.session import (
+    AnyRequest,
     check_csrf,
     check_signin_csrf,
     cleared_session_cookie,
@@ -43,7 +44,6 @@ from runq.ui.session import (
     verify_credential,
 )
 
-AnyRequest = Request[Any, Any, Any]
 HTML = Response[str]
 
 #: What a redirect after an action may say; the URL carries the key, never free text.

@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import msgspec
-from litestar import Request, Response, get
+from litestar import Response, get
 from litestar.response import Redirect, ServerSentEvent
 
 from runq.api.auth import Forbidden
@@ -26,9 +26,7 @@ from runq.ui.listing import COLUMNS, PAGE_SIZES, RunQuery, RunsView, page_links,
 from runq.ui.live_runs import page_version, rows_stream
 from runq.ui.pages import console_state, flash_of
 from runq.ui.render import fragment, render
-from runq.ui.session import identity_of, ui_authenticate
-
-AnyRequest = Request[Any, Any, Any]
+from runq.ui.session import AnyRequest, identity_of, ui_authenticate
 
 MY_RUNS = "/ui/runs"
 ALL_RUNS_BASE = "/ui/queue/jobs"

@@ -50,6 +50,7 @@ from runq.errors import (
     SealError,
     StoreUnavailable,
 )
+from runq.listing import RunFilter
 from runq.model import (
     Actor,
     BudgetBlock,
@@ -1662,10 +1663,10 @@ async def test_list_jobs_filters_by_status(store: Store) -> None:
     cancelled = await make_run(store, Status.CANCELLED)
     await make_run(store, Status.QUEUED)
     await make_run(store, Status.COMPLETED)
-    only_failed = await store.list_jobs(statuses=[Status.FAILED])
+    only_failed = await store.list_jobs(where=RunFilter(statuses=(Status.FAILED,)))
     assert [r.id for r in only_failed.data] == [failed.id]
     assert only_failed.total_count == 1
-    both = await store.list_jobs(statuses=[Status.FAILED, Status.CANCELLED])
+    both = await store.list_jobs(where=RunFilter(statuses=(Status.FAILED, Status.CANCELLED)))
     assert {r.id for r in both.data} == {failed.id, cancelled.id}
     assert both.total_count == 2
     everything = await store.list_jobs()
@@ -1676,11 +1677,11 @@ async def test_list_jobs_filters_by_user(store: Store) -> None:
     mine = [await submit(store, user_id="alice") for _ in range(3)]
     await submit(store, user_id="bob")
     await submit(store)
-    page = await store.list_jobs(user_id="alice", limit=2)
+    page = await store.list_jobs(where=RunFilter(user_id="alice"), limit=2)
     assert page.total_count == 3
     assert len(page.data) == 2
     assert all(r.user_id == "alice" for r in page.data)
-    rest = await store.list_jobs(user_id="alice", limit=2, page=2)
+    rest = await store.list_jobs(where=RunFilter(user_id="alice"), limit=2, page=2)
     assert {r.id for r in page.data + rest.data} == {r.id for r in mine}
 
 

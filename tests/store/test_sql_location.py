@@ -16,7 +16,9 @@ ENGINE_STATEMENTS = {
     engine: frozenset((PACKAGE / "store" / engine / "statements").glob("*.py"))
     for engine in ("sqlite", "postgres")
 }
-ALLOWED = {PACKAGE / "store" / "statements.py"}.union(*ENGINE_STATEMENTS.values())
+#: The engine-neutral SQL: fragments both dialects spell alike, and run listings.
+NEUTRAL = {PACKAGE / "store" / "statements.py", PACKAGE / "store" / "listing_sql.py"}
+ALLOWED = NEUTRAL.union(*ENGINE_STATEMENTS.values())
 #: Outside the statements modules, each with the reason (none left: the LISTEN connection
 #: moved into the store and takes its keep-alive statement from it).
 KNOWN_ELSEWHERE: set[Path] = set()

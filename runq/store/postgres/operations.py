@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 import anyio
 import asyncpg
 
-from runq.listing import ALL_RUNS, Page, RunCursor, RunFilter, RunList
-from runq.model import QueueHealth, ReapReport, Stats, Status, WorkerInfo
+from runq.model import QueueHealth, ReapReport, Run, Stats, WorkerInfo
 from runq.seal import SEALED_COLUMNS
 from runq.store import events as event_rows
 from runq.store import messages, rows
+from runq.store.listings import Listing, ListingVerbs
 from runq.store.postgres import statements as pg_sql
 from runq.store.postgres.base import PostgresBase
 
@@ -21,7 +18,7 @@ def _counts(statuses: list[str] | None, ns: list[int] | None) -> dict[str, int]:
     return dict(zip(statuses or [], ns or [], strict=True))
 
 
-class PostgresOperations(PostgresBase):
+class PostgresOperations(ListingVerbs, PostgresBase):
     """A group of ``Store`` verbs; ``PostgresStore`` composes the groups."""
 
     async def reap_stale(self, *, lock_grace_seconds: float, limit: int) -> ReapReport:
@@ -104,43 +101,17 @@ class PostgresOperations(PostgresBase):
             oldest_transaction_pid=row["xact_pid"],
         )
 
-    async def list_jobs(
-        self,
-        *,
-        statuses: Sequence[Status] = (),
-        page: int = 1,
-        limit: int = 20,
-        sort_by: str = "created_at",
-        sort_order: str = "desc",
-        user_id: str | None = None,
-        where: RunFilter = ALL_RUNS,
-        after: RunCursor | None = None,
-    ) -> Page:
-        listing = rows.Listing.of(
-            rows.listing_filter(where, statuses, user_id),
-            after=after,
-            limit=limit,
-            page=page,
-            sort_by=sort_by,
-            sort_order=sort_order,
-        )
-        page_sql, page_args = listing.page_statement(pg_sql, self.schema)
-        count_sql, count_args = pg_sql.count_listed(self.schema, listing.where)
+    async def _read_listing(self, listing: Listing, *, count: bool) -> tuple[int, list[Run]]:
+        page_sql, page_args = listing.page_statement(pg_sql.LISTING, self.schema)
+        count_sql, count_args = listing.count_statement(pg_sql.LISTING, self.schema)
 
-        async def read(pool: asyncpg.Pool) -> tuple[int, list[Any]]:
+        async def read(pool: asyncpg.Pool) -> tuple[int, list[asyncpg.Record]]:
             async with pool.acquire() as con:
-                total = await con.fetchval(count_sql, *count_args)
-                found = await con.fetch(page_sql, *page_args)
-                return total, found
+                total = await con.fetchval(count_sql, *count_args) if count else 0
+                return total, await con.fetch(page_sql, *page_args)
 
         total, found = await self._db.call(read, retry=True)
-        return listing.as_page([self._run(r) for r in found], total)
-
-    async def list_runs(self, where: RunFilter, *, after: RunCursor | None, limit: int) -> RunList:
-        listing = rows.Listing.of(where, after=after, limit=limit)
-        page_sql, args = listing.page_statement(pg_sql, self.schema)
-        found = await self._db.fetch(page_sql, *args, retry=True)
-        return listing.as_run_list([self._run(r) for r in found])
+        return total, [self._run(r) for r in found]
 
     async def reseal_page(self, *, after_id: str, limit: int) -> tuple[str | None, int]:
         async with self._db.transaction() as con:

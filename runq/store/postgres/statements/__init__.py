@@ -22,11 +22,10 @@ from runq.store.postgres.statements.events import _events_sql
 from runq.store.postgres.statements.lifecycle import _lifecycle_sql
 from runq.store.postgres.statements.limits import _limits_sql, _usage_sql
 from runq.store.postgres.statements.operations import (
+    LISTING,
     _maintenance_sql,
     _reap_sql,
     _worker_sql,
-    count_listed,
-    list_page,
     reseal_select,
 )
 from runq.store.postgres.statements.runs import (
@@ -37,13 +36,12 @@ from runq.store.postgres.statements.runs import (
 from runq.store.postgres.statements.schedules import ScheduleStatements, build_schedules
 
 __all__ = [
+    "LISTING",
     "SUBMIT_COPY_COLUMNS",
     "ScheduleStatements",
     "Statements",
     "build",
     "build_schedules",
-    "count_listed",
-    "list_page",
     "reseal_select",
 ]
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from runq.listing import RunCursor, RunFilter
+from runq.store.listing_sql import ListingDialect
 from runq.store.postgres.statements.common import (
     _FINAL,
     _completed_events,
@@ -13,12 +13,8 @@ from runq.store.postgres.statements.common import (
     _still_running,
 )
 from runq.store.statements import (
-    Params,
-    listing_clauses,
-    order_by,
     reap_exhausted_error,
     target_of,
-    where_sql,
 )
 
 if TYPE_CHECKING:  # the package builds Statements from this module's pieces
@@ -293,45 +289,11 @@ def reseal_select(statements: Statements, limit: int) -> str:
     return statements.reseal_select_template.format(limit=max(int(limit), 1))
 
 
-#: "Submitted by a service account", on the actor JSON (``model.Actor``).
-_SERVICE_ACCOUNT = "coalesce((actor::jsonb ->> 'service_account')::boolean, false)"
-
-
-def _listing(
-    schema: str, where: RunFilter, after: RunCursor | None, sort_order: str
-) -> tuple[str, list[Any]]:
-    p = Params(lambda n: f"${n}")
-    clauses = listing_clauses(where, after, sort_order, p, service_account=_SERVICE_ACCOUNT)
-    return f"FROM {schema}.runs{where_sql(clauses)}", p.values
-
-
-def list_page(
-    schema: str,
-    where: RunFilter,
-    *,
-    after: RunCursor | None,
-    sort_by: str,
-    sort_order: str,
-    limit: int,
-    offset: int,
-) -> tuple[str, list[Any]]:
-    """One page of a run listing, and its arguments.
-
-    Only whitelisted identifiers, enum values and ints are interpolated; every value is a
-    parameter. LIMIT and OFFSET are literals so the (generic) plan knows a page is small and
-    walks an index in sort order (runs_listing_idx, or runs_user_listing_idx for one user)
-    instead of sorting every matching row. The id tie-break keeps pages stable when many
-    rows share the sort value, and makes (created_at, id) a keyset cursor.
-    """
-    body, args = _listing(schema, where, after, sort_order)
-    page = (
-        f"SELECT * {body} ORDER BY {order_by(sort_by, sort_order)} "
-        f"LIMIT {int(limit)} OFFSET {int(offset)}"
-    )
-    return page, args
-
-
-def count_listed(schema: str, where: RunFilter) -> tuple[str, list[Any]]:
-    """How many runs the listing's filter matches (the cursor does not count)."""
-    body, args = _listing(schema, where, None, "desc")
-    return f"SELECT count(*) {body}", args
+#: What a run listing's SQL (``runq.store.listing_sql``) spells this engine's way.
+LISTING = ListingDialect(
+    table="{schema}.runs",
+    # Numbered: the cursor's created_at appears twice.
+    placeholder=lambda n: f"${n}",
+    # "Submitted by a service account", on the actor JSON (``model.Actor``).
+    service_account="coalesce((actor::jsonb ->> 'service_account')::boolean, false)",
+)

@@ -25,12 +25,11 @@ from runq.store.sqlite.statements.events import _events
 from runq.store.sqlite.statements.lifecycle import _lifecycle
 from runq.store.sqlite.statements.limits import _depth_gates, _limits, _usage
 from runq.store.sqlite.statements.operations import (
+    LISTING,
     _maintenance,
     _reap,
     _reseal_updates,
     _worker,
-    count_listed,
-    list_page,
 )
 from runq.store.sqlite.statements.schedules import ScheduleStatements, build_schedules
 
@@ -38,6 +37,7 @@ __all__ = [
     "BEGIN",
     "BEGIN_IMMEDIATE",
     "COMMIT",
+    "LISTING",
     "NOW",
     "PING",
     "ROLLBACK",
@@ -46,8 +46,6 @@ __all__ = [
     "Statements",
     "build",
     "build_schedules",
-    "count_listed",
-    "list_page",
     "pragmas",
 ]
 

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from runq.listing import RunCursor, RunFilter
 from runq.seal import SEALED_COLUMNS
+from runq.store.listing_sql import ListingDialect
 from runq.store.sqlite.statements.common import _FENCE, _FINAL_IN, _LEASE_CLEAR, _fence
 from runq.store.sqlite.statements.lifecycle import _fail
 from runq.store.statements import (
-    Params,
-    listing_clauses,
-    order_by,
     reap_exhausted_error,
     target_of,
-    where_sql,
 )
 
 
@@ -179,41 +173,11 @@ def _reseal_updates(t: str) -> dict[str, str]:
     return {c: f"UPDATE {t} SET {c} = ? WHERE id = ? AND {c} = ?" for c in SEALED_COLUMNS}
 
 
-#: "Submitted by a service account", on the actor JSON (``model.Actor``).
-_SERVICE_ACCOUNT = "coalesce(json_extract(actor, '$.service_account'), 0)"
-
-
-def _listing(
-    schema: str, where: RunFilter, after: RunCursor | None, sort_order: str
-) -> tuple[str, list[Any]]:
-    # Numbered placeholders: the cursor's created_at appears twice.
-    p = Params(lambda n: f"?{n}")
-    clauses = listing_clauses(where, after, sort_order, p, service_account=_SERVICE_ACCOUNT)
-    return f"FROM {schema}_runs{where_sql(clauses)}", p.values
-
-
-def list_page(
-    schema: str,
-    where: RunFilter,
-    *,
-    after: RunCursor | None,
-    sort_by: str,
-    sort_order: str,
-    limit: int,
-    offset: int,
-) -> tuple[str, list[Any]]:
-    """One page of a run listing, and its arguments. Only whitelisted identifiers, enum
-    values and ints are interpolated; every value is a parameter. The id tie-break keeps
-    pages stable and makes (created_at, id) a keyset cursor."""
-    body, args = _listing(schema, where, after, sort_order)
-    page = (
-        f"SELECT * {body} ORDER BY {order_by(sort_by, sort_order)} "
-        f"LIMIT {int(limit)} OFFSET {int(offset)}"
-    )
-    return page, args
-
-
-def count_listed(schema: str, where: RunFilter) -> tuple[str, list[Any]]:
-    """How many runs the listing's filter matches (the cursor does not count)."""
-    body, args = _listing(schema, where, None, "desc")
-    return f"SELECT count(*) {body}", args
+#: What a run listing's SQL (``runq.store.listing_sql``) spells this engine's way.
+LISTING = ListingDialect(
+    table="{schema}_runs",
+    # Numbered: the cursor's created_at appears twice.
+    placeholder=lambda n: f"?{n}",
+    # "Submitted by a service account", on the actor JSON (``model.Actor``).
+    service_account="coalesce(json_extract(actor, '$.service_account'), 0)",
+)
