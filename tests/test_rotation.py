@@ -14,8 +14,9 @@ from helpers import wait_for
 from serve_harness import RunqSetup, runq_engine, runq_setup, write_toml
 
 from runq.errors import SealError
+from runq.ids import new_run_id
 from runq.maintenance.rotation import KeyRotation, RotationReport
-from runq.model import NewRun, new_run_id
+from runq.model import NewRun
 from runq.seal import decode_key, generate_key, key_id_of
 from runq.store import make_store, sealer_for
 from runq.store.base import Store

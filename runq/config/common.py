@@ -6,9 +6,9 @@ import re
 
 from runq.errors import ConfigError
 
-_SECRET_REF_RE = re.compile(r"^(env:[A-Za-z_]\w*|file:.+)$")
+SECRET_REF_RE = re.compile(r"^(env:[A-Za-z_]\w*|file:.+)$")
 
 
-def _require(ok: bool, key: str, message: str) -> None:
+def require(ok: bool, key: str, message: str) -> None:
     if not ok:
         raise ConfigError(key, message)

@@ -34,16 +34,16 @@ from runq.store.base import Store
 from runq.worker.completer import Completer, WriteResult
 from runq.worker.execution import (
     SHUTDOWN_ERROR,
+    Answer,
     Execution,
+    ExecutionResult,
     ExecutorConfig,
     Interrupt,
+    Interrupted,
     Outcome,
-    _Answer,
-    _format_exception,
-    _Interrupted,
-    _Result,
-    _TimedOut,
+    TimedOut,
     error_text,
+    format_exception,
 )
 from runq.worker.inflight import InFlight
 
@@ -159,14 +159,14 @@ class Settler:
         except Exception as e:  # the run is settled; its events wait for the next settle
             log.warning("run.trim_events_failed", error=error_text(e), **self._fields(ex.run))
 
-    async def _settle(self, ex: Execution, result: _Result) -> Outcome:
-        if ex.shutdown_requested and not isinstance(result, _Answer):
+    async def _settle(self, ex: Execution, result: ExecutionResult) -> Outcome:
+        if ex.shutdown_requested and not isinstance(result, Answer):
             return await self._fail(ex, SHUTDOWN_ERROR, retryable=True, delay=0.0)
-        if isinstance(result, _Answer):
+        if isinstance(result, Answer):
             return await self._complete(ex, result.value, TerminationReason.COMPLETED)
-        if isinstance(result, _TimedOut):
+        if isinstance(result, TimedOut):
             return await self._fail(ex, f"timed out after {result.seconds:g} s", retryable=True)
-        if isinstance(result, _Interrupted):
+        if isinstance(result, Interrupted):
             return await self._settle_interrupt(ex, result.reason)
         return await self._settle_raised(ex, result.error)
 
@@ -204,7 +204,7 @@ class Settler:
         log.error(
             "run.raised",
             error_type=type(error).__name__,
-            exc=keep_error(self.config.privacy_level, _format_exception(error)),
+            exc=keep_error(self.config.privacy_level, format_exception(error)),
             **self._fields(ex.run),
         )
         return await self._fail(ex, message, retryable=True, detail=full)
@@ -245,7 +245,7 @@ class Settler:
                     "run.settle_failed",
                     verb=verb,
                     error=error_text(e),
-                    exc=_format_exception(e),
+                    exc=format_exception(e),
                     **self._fields(ex.run),
                 )
                 return None

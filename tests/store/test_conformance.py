@@ -50,6 +50,7 @@ from runq.errors import (
     SealError,
     StoreUnavailable,
 )
+from runq.ids import new_run_id, new_run_ids
 from runq.listing import RunFilter
 from runq.model import (
     Actor,
@@ -64,8 +65,6 @@ from runq.model import (
     UsageKey,
     UsageTotals,
     WorkerInfo,
-    new_run_id,
-    new_run_ids,
 )
 from runq.seal import KeyRing, key_id_of, sealed_key_id
 from runq.store import make_store

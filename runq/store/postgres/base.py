@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+
+import asyncpg
 
 from runq.limits import LimitRules
 from runq.model import BudgetBlock, Run
 from runq.seal import Sealer
-from runq.store import rows
+from runq.store import codec
 from runq.store.postgres import statements as pg_sql
+from runq.store.postgres.claim_head import ClaimHead
 from runq.store.postgres.connection import Pool
-from runq.store.postgres.head import ClaimHead
 from runq.store.postgres.notifications import PostgresNotifications
 from runq.store.postgres.statements.common import channel_name
 from runq.store.statements import check_schema
@@ -25,7 +26,7 @@ from runq.store.statements import check_schema
 CLAIM_CONNECTIONS = 2
 
 
-def _blocked_params(blocked: BudgetBlock | None) -> list[list[str]]:
+def blocked_params(blocked: BudgetBlock | None) -> list[list[str]]:
     """The four text[] parameters of the budget exclusion (empty arrays exclude nothing)."""
     if blocked is None or blocked.empty:
         return [[], [], [], []]
@@ -38,8 +39,8 @@ def _blocked_params(blocked: BudgetBlock | None) -> list[list[str]]:
     ]
 
 
-def _running(
-    found: Sequence[Any],
+def clocks_and_running(
+    found: Sequence[asyncpg.Record],
 ) -> tuple[float, float, list[tuple[str, str | None, int]]]:
     """(the transaction's clock, the statement's clock, running counts) from
     ``running_by_component``: its first row carries the clocks and no component."""
@@ -135,7 +136,7 @@ class PostgresBase:
         #: a completion carrying events numbers them from it in one statement, checked
         #: there; a run missing here, or whose number moved, takes the longer transaction.
         self._event_seqs = EventSeqs()
-        #: Where this store's claims start walking the claim index (``head.py``).
+        #: Where this store's claims start walking the claim index (``claim_head.py``).
         self._claim_head = ClaimHead()
         self._notifications = PostgresNotifications(
             self.notify, self.channel, self.listen_url, keepalive_sql=self._sql_cache.ping
@@ -155,8 +156,8 @@ class PostgresBase:
             self._sql_cache = pg_sql.build(self.schema, self._sql_offset)
         return self._sql_cache
 
-    def _run(self, row: Any) -> Run:
-        return rows.row_to_run(row, self._sealer)
+    def _run(self, row: asyncpg.Record) -> Run:
+        return codec.row_to_run(row, self._sealer)
 
     @property
     def listen_url(self) -> str | None:

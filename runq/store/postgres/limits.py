@@ -4,20 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from runq.ids import new_run_id
 from runq.limits import LimitState, Pause, like_pattern, split_running
-from runq.model import (
-    BudgetBlock,
-    Lease,
-    QueuedCount,
-    UsageKey,
-    UsageTotals,
-    new_run_id,
-)
-from runq.store import rows
+from runq.model import BudgetBlock, Lease, QueuedCount, UsageKey, UsageTotals
+from runq.store import codec
 from runq.store.postgres.base import (
     PostgresBase,
-    _blocked_params,
-    _running,
+    blocked_params,
+    clocks_and_running,
 )
 
 
@@ -32,24 +26,24 @@ class PostgresLimits(PostgresBase):
         self, kind: str, target: str, *, reason: str | None, created_by: str | None
     ) -> tuple[Pause, bool]:
         like = like_pattern(target) if kind == "component" else None
-        row = await self._db.fetchrow(
+        row = await self._db.fetchone(
             self._sql.pause_insert, new_run_id(), kind, target, like, reason, created_by
         )
-        return rows.pause_from_row(row), bool(row["created"])
+        return codec.pause_from_row(row), bool(row["created"])
 
     async def remove_pause(self, key: str, *, kind: str = "", target: str = "") -> Pause | None:
         found = await self._db.fetch(self._sql.pause_delete, key, kind, target)
-        return rows.pause_from_row(found[0]) if found else None
+        return codec.pause_from_row(found[0]) if found else None
 
     async def list_pauses(self) -> list[Pause]:
         return [
-            rows.pause_from_row(r) for r in await self._db.fetch(self._sql.pause_list, retry=True)
+            codec.pause_from_row(r) for r in await self._db.fetch(self._sql.pause_list, retry=True)
         ]
 
     async def limits_state(self) -> LimitState:
         sql = self._sql
         async with self._db.transaction() as con:
-            now, _clock, found = _running(await con.fetch(sql.running_by_component))
+            now, _clock, found = clocks_and_running(await con.fetch(sql.running_by_component))
             stored = await con.fetch(sql.rate_windows_get, self.limits.patterns)
         running, keys = split_running(found)
         windows = {r["pattern"]: (r["window_start"], r["used"]) for r in stored}
@@ -60,7 +54,7 @@ class PostgresLimits(PostgresBase):
 
     async def queued_by_component(self, blocked: BudgetBlock | None = None) -> list[QueuedCount]:
         found = await self._db.fetch(
-            self._sql.queued_by_component, *_blocked_params(blocked), retry=True
+            self._sql.queued_by_component, *blocked_params(blocked), retry=True
         )
         return [QueuedCount(*r) for r in found]
 

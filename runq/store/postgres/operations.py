@@ -7,8 +7,8 @@ import asyncpg
 
 from runq.model import QueueHealth, ReapReport, Run, Stats, WorkerInfo
 from runq.seal import SEALED_COLUMNS
+from runq.store import codec, messages
 from runq.store import events as event_rows
-from runq.store import messages, rows
 from runq.store.listings import Listing, ListingVerbs
 from runq.store.postgres import statements as pg_sql
 from runq.store.postgres.base import PostgresBase
@@ -24,7 +24,7 @@ class PostgresOperations(ListingVerbs, PostgresBase):
     async def reap_stale(self, *, lock_grace_seconds: float, limit: int) -> ReapReport:
         if limit <= 0:
             return ReapReport()
-        row = await self._db.fetchrow(
+        row = await self._db.fetchone(
             self._sql.reap,
             float(lock_grace_seconds),
             limit,
@@ -62,7 +62,7 @@ class PostgresOperations(ListingVerbs, PostgresBase):
             info.hostname,
             info.pid,
             info.deployment_id or "",
-            rows.encode_settings(info.settings),
+            codec.encode_settings(info.settings),
         )
 
     async def remove_worker(self, worker_id: str) -> None:
@@ -74,10 +74,10 @@ class PostgresOperations(ListingVerbs, PostgresBase):
 
     async def list_workers(self, *, max_age_seconds: float) -> list[WorkerInfo]:
         found = await self._db.fetch(self._sql.list_workers, float(max_age_seconds), retry=True)
-        return [rows.row_to_worker(r) for r in found]
+        return [codec.row_to_worker(r) for r in found]
 
     async def stats(self) -> Stats:
-        row = await self._db.fetchrow(self._sql.stats, retry=True)
+        row = await self._db.fetchone(self._sql.stats, retry=True)
         return Stats(
             counts=_counts(row["statuses"], row["ns"]),
             oldest_queued_age_seconds=row["oldest_age"],
@@ -86,7 +86,7 @@ class PostgresOperations(ListingVerbs, PostgresBase):
     async def health(
         self, *, lock_grace_seconds: float, worker_max_age_seconds: float
     ) -> QueueHealth:
-        row = await self._db.fetchrow(
+        row = await self._db.fetchone(
             self._sql.health, float(lock_grace_seconds), float(worker_max_age_seconds), retry=True
         )
         return QueueHealth(
@@ -122,7 +122,7 @@ class PostgresOperations(ListingVerbs, PostgresBase):
             resealed = 0
             for row in page:
                 for column in SEALED_COLUMNS:
-                    new = rows.resealed(self._sealer, column, row["id"], row[column])
+                    new = codec.resealed(self._sealer, column, row["id"], row[column])
                     columns[column].append(row[column] if new is None else new)
                     resealed += new is not None
             if resealed:

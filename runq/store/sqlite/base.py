@@ -12,7 +12,7 @@ import msgspec
 from runq.limits import LimitRules
 from runq.model import BudgetBlock, Run
 from runq.seal import Sealer
-from runq.store import rows
+from runq.store import codec
 from runq.store.notifications import Notifications
 from runq.store.sqlite import statements as sql
 from runq.store.sqlite.connection import Body, Connections, Row
@@ -20,16 +20,16 @@ from runq.store.statements import check_schema
 
 T = TypeVar("T")
 
-_json = msgspec.json.Encoder()
+json_encoder = msgspec.json.Encoder()
 
 
-def _blocked_params(blocked: BudgetBlock | None) -> dict[str, str]:
+def blocked_params(blocked: BudgetBlock | None) -> dict[str, str]:
     """The budget exclusion's ``:bu``, ``:bc`` and ``:bp`` (JSON; '[]' excludes nothing)."""
     block = blocked if blocked is not None else BudgetBlock()
     return {
-        "bu": _json.encode(sorted(block.users)).decode(),
-        "bc": _json.encode(sorted(block.configurations)).decode(),
-        "bp": _json.encode(sorted(block.pairs)).decode(),
+        "bu": json_encoder.encode(sorted(block.users)).decode(),
+        "bc": json_encoder.encode(sorted(block.configurations)).decode(),
+        "bp": json_encoder.encode(sorted(block.pairs)).decode(),
     }
 
 
@@ -63,7 +63,7 @@ class SqliteBase:
         return await self._db.read(body, self.clock_offset_seconds)
 
     def _run(self, row: Row) -> Run:
-        return rows.row_to_run(row, self._sealer)
+        return codec.row_to_run(row, self._sealer)
 
     async def connect(self) -> None:
         await self._db.connect()

@@ -5,17 +5,11 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
+from runq.ids import new_run_id
 from runq.limits import LimitState, Pause, split_running
-from runq.model import (
-    BudgetBlock,
-    Lease,
-    QueuedCount,
-    UsageKey,
-    UsageTotals,
-    new_run_id,
-)
-from runq.store import rows
-from runq.store.sqlite.base import SqliteBase, _blocked_params, _json
+from runq.model import BudgetBlock, Lease, QueuedCount, UsageKey, UsageTotals
+from runq.store import codec
+from runq.store.sqlite.base import SqliteBase, blocked_params, json_encoder
 from runq.store.sqlite.connection import Row
 
 
@@ -34,23 +28,23 @@ class SqliteLimits(SqliteBase):
             return row, made > 0
 
         row, created = await self._write(body)
-        return rows.pause_from_row(row), created
+        return codec.pause_from_row(row), created
 
     async def remove_pause(self, key: str, *, kind: str = "", target: str = "") -> Pause | None:
         def body(conn: sqlite3.Connection, now: float) -> list[Row]:
             return conn.execute(self._sql.pause_delete, (key, kind, target)).fetchall()
 
         found = await self._write(body)
-        return rows.pause_from_row(found[0]) if found else None
+        return codec.pause_from_row(found[0]) if found else None
 
     async def list_pauses(self) -> list[Pause]:
         def body(conn: sqlite3.Connection, now: float) -> list[Row]:
             return conn.execute(self._sql.pause_list).fetchall()
 
-        return [rows.pause_from_row(r) for r in await self._read(body)]
+        return [codec.pause_from_row(r) for r in await self._read(body)]
 
     async def limits_state(self) -> LimitState:
-        q, patterns = self._sql, _json.encode(self.limits.patterns).decode()
+        q, patterns = self._sql, json_encoder.encode(self.limits.patterns).decode()
 
         def body(conn: sqlite3.Connection, now: float) -> LimitState:
             found = conn.execute(q.running_by_component)
@@ -69,7 +63,7 @@ class SqliteLimits(SqliteBase):
         return await self._read(body)
 
     async def queued_by_component(self, blocked: BudgetBlock | None = None) -> list[QueuedCount]:
-        params = _blocked_params(blocked)
+        params = blocked_params(blocked)
 
         def body(conn: sqlite3.Connection, now: float) -> list[QueuedCount]:
             found = conn.execute(self._sql.queued_by_component, {**params, "now": now})

@@ -7,8 +7,8 @@ from typing import Any
 
 from runq.model import QueueHealth, ReapReport, Run, Stats, Status, WorkerInfo
 from runq.seal import SEALED_COLUMNS
+from runq.store import codec, messages
 from runq.store import events as event_rows
-from runq.store import messages, rows
 from runq.store.listings import Listing, ListingVerbs
 from runq.store.sqlite import statements as sql
 from runq.store.sqlite.base import SqliteBase
@@ -69,7 +69,7 @@ class SqliteOperations(ListingVerbs, SqliteBase):
             "hostname": info.hostname,
             "pid": info.pid,
             "deployment_id": info.deployment_id or "",
-            "settings": rows.encode_settings(info.settings),
+            "settings": codec.encode_settings(info.settings),
         }
         await self._write(
             lambda conn, now: conn.execute(self._sql.register_worker, {**params, "now": now})
@@ -89,7 +89,7 @@ class SqliteOperations(ListingVerbs, SqliteBase):
         def body(conn: sqlite3.Connection, now: float) -> list[Row]:
             return conn.execute(self._sql.list_workers, (now - max_age_seconds,)).fetchall()
 
-        return [rows.row_to_worker(row) for row in await self._read(body)]
+        return [codec.row_to_worker(row) for row in await self._read(body)]
 
     def _counts(self, conn: sqlite3.Connection) -> dict[str, int]:
         return {row[0]: row[1] for row in conn.execute(self._sql.counts)}
@@ -155,7 +155,7 @@ class SqliteOperations(ListingVerbs, SqliteBase):
         updates: list[tuple[str, tuple[Any, ...]]] = []
         for row in page:
             for column in SEALED_COLUMNS:
-                new = rows.resealed(self._sealer, column, row["id"], row[column])
+                new = codec.resealed(self._sealer, column, row["id"], row[column])
                 if new is not None:
                     updates.append((self._sql.reseal_update[column], (new, row["id"], row[column])))
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 from runq.model import ACTIVE_STATUSES, FINAL_STATUSES
 from runq.store.statements import fenced, status_list
 
-_FINAL = status_list(FINAL_STATUSES)
+FINAL_LIST = status_list(FINAL_STATUSES)
 
-_ACTIVE = status_list(ACTIVE_STATUSES)  # must imply runs_session_active_idx's predicate
+ACTIVE_LIST = status_list(ACTIVE_STATUSES)  # must imply runs_session_active_idx's predicate
 
-_RUNNING = "'running'"
+RUNNING_STATUS = "'running'"
 
 
-def _still_running(alias: str = "") -> str:
+def still_running(alias: str = "") -> str:
     """The ``status = 'running'`` part of a fence, written so no index can serve it.
 
     A fenced write names its row by primary key. Left as a plain comparison, the planner
@@ -25,26 +25,26 @@ def _still_running(alias: str = "") -> str:
     return f"({p}status = 'running') IS TRUE"
 
 
-def _clock(offset: float) -> str:
+def clock_expr(offset: float) -> str:
     # A float literal keeps the text stable for a given offset (the offset is 0 outside
     # tests), so the statement stays prepared; repr() round-trips the exact value.
     return f"(extract(epoch from now())::float8 + ({float(offset)!r})::float8)"
 
 
-def _component_name(alias: str) -> str:
+def component_name(alias: str) -> str:
     return f"({alias}.component_type || '/' || {alias}.component_id)"
 
 
-def _fenced(verb: str, alias: str = "") -> str:
+def fenced_where(verb: str, alias: str = "") -> str:
     """The lease fence of a worker's single-lease write: $1 id, $2 attempt, $3 worker.
     A write fenced on the exact attempt and holder cannot land on a run that was reaped
     and claimed again by someone else meanwhile."""
     fenced(verb)
     p = f"{alias}." if alias else ""
-    return f"{p}id = $1 AND {p}attempt = $2 AND {p}locked_by = $3 AND {_still_running(alias)}"
+    return f"{p}id = $1 AND {p}attempt = $2 AND {p}locked_by = $3 AND {still_running(alias)}"
 
 
-def _budget_allows(first: int) -> str:
+def budget_allows(first: int) -> str:
     """The budget rule of the claim (true when the run is not blocked): parameters from
     ``$first`` are the blocked users, configurations, pair users and pair configurations
     (text[] each; empty = none). Also counts the held runs for the exporter."""
@@ -56,7 +56,7 @@ def _budget_allows(first: int) -> str:
             WHERE b.u = coalesce(r.user_id, '') AND b.c = coalesce(r.configuration, '')))"""
 
 
-def _claimed_events(s: str, claimed: str) -> str:
+def claimed_events(s: str, claimed: str) -> str:
     """The ``claimed`` events of the runs the CTE ``claimed`` took, one INSERT for the batch.
 
     A claim moves ``event_seq`` itself, which keeps the transition trigger (migration 0014)
@@ -67,7 +67,7 @@ def _claimed_events(s: str, claimed: str) -> str:
             FROM {claimed}"""
 
 
-def _completed_events(s: str, done: str) -> str:
+def completed_events(s: str, done: str) -> str:
     """The ``completed`` events of the runs the CTE ``done`` (a completion returning id,
     event_seq, attempt, updated_at, termination_reason and error) completed."""
     return f"""INSERT INTO {s}.run_events (run_id, seq, attempt, at, kind, info)
@@ -82,7 +82,7 @@ def channel_name(schema: str) -> str:
     return f"runq_{schema}"
 
 
-def _completed_ids(s: str, done: str) -> str:
+def completed_ids(s: str, done: str) -> str:
     """The ids a completion applied to, each announced on the installation's channel as
     the transition trigger announced a final event (followers on any replica wake)."""
     return f"""SELECT d.id, pg_notify('{channel_name(s)}', 'event:' || d.id || ':' || d.event_seq)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from runq.store.postgres.statements.claims import EPOCH_ROW, EPOCH_WRAP, RATE_WINDOW_ADD
-from runq.store.postgres.statements.common import _ACTIVE, _budget_allows, _component_name
+from runq.store.postgres.statements.common import ACTIVE_LIST, budget_allows, component_name
 
 
-def _limits_sql(s: str, now: str) -> dict[str, str]:
+def limits_sql(s: str, now: str) -> dict[str, str]:
     return {
         # The lock that serializes the claimers applying limits: each one counts the running
         # runs after the previous one committed, so none can over-admit. It is the claim
@@ -26,7 +26,7 @@ def _limits_sql(s: str, now: str) -> dict[str, str]:
             " + extract(epoch from statement_timestamp())::float8 AS clock,"
             " NULL::text AS component, NULL::text AS concurrency_key,"
             " 0::bigint AS n UNION ALL"
-            f" SELECT NULL, NULL, {_component_name('r')}, r.concurrency_key, count(*)"
+            f" SELECT NULL, NULL, {component_name('r')}, r.concurrency_key, count(*)"
             f" FROM {s}.runs r WHERE r.status = 'running' GROUP BY 3, 4"
         ),
         "rate_windows_get": (
@@ -59,21 +59,21 @@ def _limits_sql(s: str, now: str) -> dict[str, str]:
         # session, or one running or paused, holds it back.
         "session_ahead": f"""
             SELECT EXISTS (SELECT 1 FROM {s}.runs o
-            WHERE o.session_id = $2 AND o.status IN ({_ACTIVE}) AND o.id <> $1
+            WHERE o.session_id = $2 AND o.status IN ({ACTIVE_LIST}) AND o.id <> $1
               AND (o.id < $1 OR o.status <> 'queued'))""",
         # Queued runs per (component, deployment): ready now, delayed, and the ready ones
         # the budget excludes ($1-$4 as the claim's blocked parameters).
         "queued_by_component": f"""
-            SELECT {_component_name("r")} AS component, r.deployment_id,
+            SELECT {component_name("r")} AS component, r.deployment_id,
                    count(*) FILTER (WHERE r.available_at <= {now}) AS ready,
                    count(*) FILTER (WHERE r.available_at > {now}) AS delayed,
-                   count(*) FILTER (WHERE r.available_at <= {now} AND NOT ({_budget_allows(1)}))
+                   count(*) FILTER (WHERE r.available_at <= {now} AND NOT ({budget_allows(1)}))
                        AS budget_held
             FROM {s}.runs r WHERE r.status = 'queued' GROUP BY 1, 2""",
     }
 
 
-def _usage_sql(s: str) -> dict[str, str]:
+def usage_sql(s: str) -> dict[str, str]:
     upsert = f"""
         INSERT INTO {s}.budget_usage AS b (scope, subject, period_start, cost, tokens, runs)
         SELECT k.scope, k.subject, k.period_start, {{cost}}, {{tokens}}, {{runs}}

@@ -21,20 +21,20 @@ ROLLBACK = "ROLLBACK"
 
 PING = "SELECT 1"
 
-_FINAL_IN = f"status IN ({status_list(FINAL_STATUSES)})"  # the final index's predicate
+FINAL_IN = f"status IN ({status_list(FINAL_STATUSES)})"  # the final index's predicate
 
-_ACTIVE_IN = f"status IN ({status_list(ACTIVE_STATUSES)})"  # the session index's predicate
+ACTIVE_IN = f"status IN ({status_list(ACTIVE_STATUSES)})"  # the session index's predicate
 
-_LEASE_CLEAR = "locked_by = NULL, locked_at = NULL"
+LEASE_CLEAR = "locked_by = NULL, locked_at = NULL"
 
-_FENCE = "id = :id AND attempt = :attempt AND locked_by = :worker AND status = 'running'"
+FENCE = "id = :id AND attempt = :attempt AND locked_by = :worker AND status = 'running'"
 
 
-def _fence(verb: str) -> str:
+def fence(verb: str) -> str:
     """The lease fence of a worker's write: it cannot land on a run that was reaped and
     claimed again by someone else meanwhile."""
     fenced(verb)
-    return _FENCE
+    return FENCE
 
 
 def pragmas(busy_timeout_seconds: float, *, query_only: bool) -> tuple[str, ...]:
@@ -48,13 +48,13 @@ def pragmas(busy_timeout_seconds: float, *, query_only: bool) -> tuple[str, ...]
     return (*settings, "PRAGMA query_only = 1") if query_only else settings
 
 
-_COMPONENT = "(r.component_type || '/' || r.component_id)"
+COMPONENT = "(r.component_type || '/' || r.component_id)"
 
 # The budget rule (``:bu`` users, ``:bc`` configurations, ``:bp`` [user, configuration]
 # pairs, JSON arrays): each holds when the run is NOT blocked.
-_BLOCKED_USER = "coalesce(r.user_id, '') NOT IN (SELECT value FROM json_each(:bu))"
-_BLOCKED_CONFIGURATION = "coalesce(r.configuration, '') NOT IN (SELECT value FROM json_each(:bc))"
-_BLOCKED_PAIR = (
+BLOCKED_USER = "coalesce(r.user_id, '') NOT IN (SELECT value FROM json_each(:bu))"
+BLOCKED_CONFIGURATION = "coalesce(r.configuration, '') NOT IN (SELECT value FROM json_each(:bc))"
+BLOCKED_PAIR = (
     "NOT EXISTS (SELECT 1 FROM json_each(:bp) p"
     " WHERE json_extract(p.value, '$[0]') = coalesce(r.user_id, '')"
     " AND json_extract(p.value, '$[1]') = coalesce(r.configuration, ''))"

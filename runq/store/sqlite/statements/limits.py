@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from runq.store.sqlite.statements.common import (
-    _ACTIVE_IN,
-    _BLOCKED_CONFIGURATION,
-    _BLOCKED_PAIR,
-    _BLOCKED_USER,
-    _COMPONENT,
+    ACTIVE_IN,
+    BLOCKED_CONFIGURATION,
+    BLOCKED_PAIR,
+    BLOCKED_USER,
+    COMPONENT,
 )
 
 
-def _usage(t: str, u: str) -> dict[str, str]:
+def usage_sql(t: str, u: str) -> dict[str, str]:
     return {
         "add_run_usage": (
             f"UPDATE {t} SET tokens = tokens + :tokens, cost = cost + :cost WHERE id = :id"
@@ -33,7 +33,7 @@ def _usage(t: str, u: str) -> dict[str, str]:
     }
 
 
-def _depth_gates(t: str) -> dict[str, str]:
+def depth_gates_sql(t: str) -> dict[str, str]:
     """Bounded counts for submit's gates: due runs (the global depth), delayed runs (their own
     bound, so far-future runs cannot fill the queue), and one user's queued runs."""
     queued = f"SELECT 1 FROM {t} WHERE status = 'queued'"
@@ -47,10 +47,10 @@ def _depth_gates(t: str) -> dict[str, str]:
     }
 
 
-def _limits(t: str, rates: str, pauses: str) -> dict[str, str]:
+def limits_sql(t: str, rates: str, pauses: str) -> dict[str, str]:
     return {
         "running_by_component": (
-            f"SELECT {_COMPONENT} AS component, r.concurrency_key, count(*) AS n"
+            f"SELECT {COMPONENT} AS component, r.concurrency_key, count(*) AS n"
             f" FROM {t} r WHERE r.status = 'running' GROUP BY 1, 2"
         ),
         "rate_windows_get": (
@@ -77,15 +77,15 @@ def _limits(t: str, rates: str, pauses: str) -> dict[str, str]:
         # The session rule for one run (:id, :session), as the claim applies it.
         "session_ahead": (
             f"SELECT EXISTS (SELECT 1 FROM {t} s WHERE s.session_id = :session"
-            f" AND s.{_ACTIVE_IN} AND s.id <> :id AND (s.id < :id OR s.status <> 'queued'))"
+            f" AND s.{ACTIVE_IN} AND s.id <> :id AND (s.id < :id OR s.status <> 'queued'))"
         ),
         # Ready, delayed, and the ready runs the budget excludes (:bu, :bc, :bp as in the
         # claim; '[]' excludes nothing).
         "queued_by_component": (
-            f"SELECT {_COMPONENT} AS component, r.deployment_id,"
+            f"SELECT {COMPONENT} AS component, r.deployment_id,"
             " sum(r.available_at <= :now) AS ready, sum(r.available_at > :now) AS delayed,"
             " sum(r.available_at <= :now AND NOT"
-            f" ({_BLOCKED_USER} AND {_BLOCKED_CONFIGURATION} AND {_BLOCKED_PAIR})) AS budget_held"
+            f" ({BLOCKED_USER} AND {BLOCKED_CONFIGURATION} AND {BLOCKED_PAIR})) AS budget_held"
             f" FROM {t} r WHERE r.status = 'queued' GROUP BY 1, 2"
         ),
     }

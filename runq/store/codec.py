@@ -1,17 +1,17 @@
-"""Engine-neutral row work shared by the SQLite and PostgreSQL stores.
+"""Values to and from the run table, engine-neutral: what the SQLite and PostgreSQL stores
+write and what they read back.
 
 Values going in (JSON + sealing of the sealed columns, the actor, the insert values of a
-``NewRun``), rows coming out (a run-table row to an opened ``Run``, a worker row to a
-``WorkerInfo``) and the results the verbs build from what their statement returned
-(heartbeat, fence, fail, claim order, the repeat-continue check, key rotation). Nothing
-here knows an SQL dialect.
+``NewRun``, key rotation's re-sealing) and rows coming out (a run-table row to an opened
+``Run``, a worker, schedule or pause row to its model). What a verb builds from what its
+statement returned is ``verb_results.py``. Nothing here knows an SQL dialect.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple, Protocol, TypeVar
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Protocol
 
 import msgspec
 
@@ -19,10 +19,6 @@ from runq.errors import InvalidPayload, SealError
 from runq.model import (
     Actor,
     Completion,
-    FailOutcome,
-    FenceResult,
-    HeartbeatResult,
-    Lease,
     NewRun,
     Pause,
     Resume,
@@ -354,79 +350,7 @@ def decode_settings(text: str | None) -> dict[str, float]:
     }
 
 
-# -- results of the verbs ---------------------------------------------------------------
-
-R = TypeVar("R", bound=RowLike)
-
-
-def in_claim_order(rows: Iterable[R]) -> list[R]:
-    """Claimed rows in claim order: RETURNING gives them in no particular order, and
-    callers start runs in the order they were claimed."""
-    return sorted(rows, key=lambda r: (r["priority"], r["available_at"], r["id"]))
-
-
-def open_claimed(rows: Sequence[R], sealer: Sealer) -> tuple[list[Run], list[tuple[R, SealError]]]:
-    """Open claimed rows; the ones whose sealed values do not open come back separately,
-    with the reason, for the engine to give back."""
-    runs: list[Run] = []
-    broken: list[tuple[R, SealError]] = []
-    for row in rows:
-        try:
-            runs.append(row_to_run(row, sealer))
-        except SealError as e:
-            broken.append((row, e))
-    return runs, broken
-
-
-def heartbeat_result(
-    leases: Sequence[Lease], renewed: set[tuple[str, int]], cancel_requested: Iterable[str]
-) -> HeartbeatResult:
-    """Split ``leases`` by whether (id, attempt) was renewed; cancel requests sorted by id."""
-    return HeartbeatResult(
-        renewed=tuple(le for le in leases if (le.run_id, le.attempt) in renewed),
-        lost=tuple(le for le in leases if (le.run_id, le.attempt) not in renewed),
-        cancel_requested=tuple(sorted(cancel_requested)),
-    )
-
-
-def fence_result(completions: Sequence[Completion], applied: set[str]) -> FenceResult:
-    """Which completions were written and which were fenced off, in the caller's order."""
-    return FenceResult(
-        applied=tuple(c.run_id for c in completions if c.run_id in applied),
-        fenced_off=tuple(c.run_id for c in completions if c.run_id not in applied),
-    )
-
-
-def fail_outcome(status: str | None) -> FailOutcome:
-    """The outcome of a fenced fail from the status it wrote (None: fenced off)."""
-    if status is None:
-        return FailOutcome.FENCED_OFF
-    if status == Status.QUEUED:
-        return FailOutcome.RETRY_SCHEDULED
-    return FailOutcome.DEAD_LETTERED
-
-
-def is_repeat_continue(row: RowLike) -> bool:
-    """A second continue of the same pause: its continuation is already queued or running."""
-    return (
-        row["status"] in (Status.QUEUED, Status.RUNNING)
-        and row["continued_at"] is not None
-        and row["decision"] is not None
-    )
-
-
-def requeue_is_too_soon(run: RowLike, *, now: float, force: bool, grace: float) -> bool:
-    """A failed run's worker may still be executing within the lock grace after it failed."""
-    completed_at = run["completed_at"]
-    return (
-        run["status"] == Status.FAILED
-        and not force
-        and completed_at is not None
-        and completed_at > now - grace
-    )
-
-
-def schedule_state(row: Any) -> ScheduleState:
+def schedule_state(row: RowLike) -> ScheduleState:
     """A schedules row (either engine) as a ``ScheduleState``."""
     return ScheduleState(
         name=row["name"],
@@ -439,7 +363,7 @@ def schedule_state(row: Any) -> ScheduleState:
     )
 
 
-def pause_from_row(row: Any) -> Pause:
+def pause_from_row(row: RowLike) -> Pause:
     """A fleet-wide pause from its row (either engine)."""
     return Pause(
         id=row["id"],

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+
+import asyncpg
 
 #: How long a head read is used. Rows that enter the queue meanwhile sort after it (they
 #: are due now or later), except runs given back unstarted, which keep their place.
@@ -34,7 +35,7 @@ class ClaimHead:
     def stale(self) -> bool:
         return self.key is None or time.monotonic() - self._read_at >= HEAD_SECONDS
 
-    def read(self, row: Any) -> None:
+    def read(self, row: asyncpg.Record | None) -> None:
         """The head query's row (None: no due queued run)."""
         self._read_at = time.monotonic()
         self.key = None if row is None else (row["priority"], row["available_at"], row["id"])
