@@ -147,7 +147,7 @@ async def test_pause_stops_claims_and_resume_restarts_them(
             timeout=20,
             message="in-flight runs complete despite the pause",
         )
-        await anyio.sleep(3 * poll)  # several claim passes of every replica
+        await server.wait_for_claim_passes(3)  # passes that saw the held runs
         for run in await all_runs(q, held):
             assert run.status is Status.QUEUED
         view = (await server.request("GET", f"/queue/jobs/{held[0]}")).json()

@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import asyncpg
 import pytest
 from conftest import PG_URL, drop_schema, new_schema_name
@@ -521,29 +520,6 @@ async def test_notify_reaches_a_listener(store: PostgresStore) -> None:
         assert await asyncio.wait_for(got.get(), timeout=5) == "wake"
     finally:
         await con.close()
-
-
-async def test_the_stores_listener_delivers_what_any_process_sends(store: PostgresStore) -> None:
-    """``notifications().listen`` holds the LISTEN connection beside the pool: a message
-    sent through the channel, by this store or by another connection, reaches the
-    callbacks subscribed here, and an event message the run's followers."""
-    notifications = store.notifications()
-    woken: list[str] = []
-    cancelled: list[str] = []
-    notifications.subscribe(lambda: woken.append("wake"), cancelled.append)
-    async with anyio.create_task_group() as tg:
-        await tg.start(notifications.listen)
-        assert notifications.listening
-        await notifications.send("cancel:r1")
-        await wait_for(lambda: cancelled == ["r1"], timeout=5, message="the cancel arrives")
-        con = await asyncpg.connect(PG_URL)
-        try:
-            await con.execute("SELECT pg_notify($1, 'wake')", store.channel)
-        finally:
-            await con.close()
-        await wait_for(lambda: woken == ["wake"], timeout=5, message="the wake-up arrives")
-        tg.cancel_scope.cancel()
-    assert not notifications.listening
 
 
 async def test_claim_walks_the_partial_index(store: PostgresStore, schema: str) -> None:

@@ -1,5 +1,5 @@
-"""Routing, the wake-up transports and the store's in-process notifications, without a
-daemon."""
+"""Routing and the wake-up transports (the coalescing notifier), without a daemon; the
+store's notifications themselves are tests/store/test_listener.py."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import anyio.lowlevel
 import pytest
 from helpers import wait_for
 
-from runq.store.notifications import MessageKind, Notifications, parse_message
+from runq.store.notifications import Notifications
 from runq.transports.notifier import Notifier
 from runq.transports.routing import resolve_route
 
@@ -22,15 +22,6 @@ def test_the_most_specific_pattern_wins_and_unrouted_is_sync() -> None:
     assert resolve_route(routing, "task", "report") == "local"
     assert resolve_route(routing, "team", "x") == "local"
     assert resolve_route({"agent/*": "local"}, "task", "echo") == "sync"
-
-
-def test_messages() -> None:
-    assert parse_message("wake") == (MessageKind.WAKE, None)
-    assert parse_message("cancel:abc") == (MessageKind.CANCEL, "abc")
-    assert parse_message("cancel:") == (MessageKind.UNKNOWN, None)
-    assert parse_message("event:abc:7") == (MessageKind.EVENT, "abc")
-    assert parse_message("event:7") == (MessageKind.UNKNOWN, None)
-    assert parse_message("hello") == (MessageKind.UNKNOWN, None)
 
 
 class FakeStore(Notifications):
@@ -80,43 +71,6 @@ async def test_a_failed_notify_is_logged_and_not_raised() -> None:
         notifier.request_wake()
         await wait_for(lambda: store.sent == ["wake"], timeout=2, message="recovers")
         tg.cancel_scope.cancel()
-
-
-def test_in_process_notifications_reach_subscribers_until_they_leave() -> None:
-    notifications = Notifications()
-    woken: list[str] = []
-    unsubscribe = notifications.subscribe(
-        lambda: woken.append("wake"), lambda rid: woken.append(rid)
-    )
-    notifications.wake_here()
-    notifications.cancel_here("r1")
-    notifications.deliver("wake")
-    notifications.deliver("cancel:r2")
-    unsubscribe()
-    notifications.wake_here()
-    assert woken == ["wake", "r1", "wake", "r2"]
-
-
-async def test_an_event_message_wakes_the_followers_of_its_run_only() -> None:
-    notifications = Notifications()
-    seen: list[str] = []
-    notifications.events.watch_all(seen.append)
-    woken = anyio.Event()
-
-    async def follower() -> None:
-        await notifications.events.changed("r1", timeout=10)
-        woken.set()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(follower)
-        await anyio.wait_all_tasks_blocked()
-        notifications.deliver("event:r2:1")
-        await anyio.wait_all_tasks_blocked()
-        assert not woken.is_set()
-        await notifications.send("event:r1:4")  # in-process: delivered at once
-        with anyio.fail_after(5):
-            await woken.wait()
-    assert seen == ["r2", "r1"]
 
 
 def test_a_lone_producer_carries_every_wake_up_in_its_own_statement() -> None:
