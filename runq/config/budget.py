@@ -6,7 +6,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 
-from runq.config.common import require
+from runq.config.checks import require
 from runq.errors import ConfigError
 
 BUDGET_SCOPES = ("user", "configuration", "both")

@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from runq.config.common import require
+from runq.config.checks import require
 from runq.config.limits import is_component_pattern
 from runq.config.queue import TRANSPORTS
 from runq.config.root import Config

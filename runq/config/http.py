@@ -7,7 +7,7 @@ import re
 
 import msgspec
 
-from runq.config.common import SECRET_REF_RE, require
+from runq.config.checks import SECRET_REF_RE, require
 from runq.errors import ConfigError
 
 AUTH_MODES = ("open", "key", "jwt")

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from runq.config.common import require
+from runq.config.checks import require
 from runq.errors import ConfigError
 
 

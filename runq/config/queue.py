@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from runq.config.common import require
+from runq.config.checks import require
 from runq.config.defaults import LIVE_WORKER_HEARTBEATS, REAP_LIMIT
 
 TRANSPORTS = ("sync", "local", "postgres")

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import msgspec
 from croniter import croniter
 
-from runq.config.common import require
+from runq.config.checks import require
 from runq.errors import ConfigError
 from runq.model import COMPONENT_TYPES
 

@@ -6,7 +6,7 @@ import re
 
 import msgspec
 
-from runq.config.common import require
+from runq.config.checks import require
 from runq.errors import ConfigError
 
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")

@@ -7,7 +7,7 @@ import math
 import msgspec
 
 from runq.config.budget import validate_budget
-from runq.config.common import SECRET_REF_RE, require
+from runq.config.checks import SECRET_REF_RE, require
 from runq.config.components import validate_components, validate_routing
 from runq.config.http import validate_http
 from runq.config.limits import validate_limits

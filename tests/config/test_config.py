@@ -76,7 +76,7 @@ def test_defaults_match_the_design() -> None:
 
 
 def test_the_example_config_loads(tmp_path: Path) -> None:
-    example = Path(__file__).resolve().parents[1] / "config.example.toml"
+    example = Path(__file__).resolve().parents[2] / "config.example.toml"
     if not example.exists():
         pytest.skip("no config.example.toml in this checkout")
     config = load_config(example, environ={})

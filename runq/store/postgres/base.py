@@ -17,7 +17,7 @@ from runq.store.postgres import statements as pg_sql
 from runq.store.postgres.claim_head import ClaimHead
 from runq.store.postgres.connection import Pool
 from runq.store.postgres.notifications import PostgresNotifications
-from runq.store.postgres.statements.common import channel_name
+from runq.store.postgres.statements.fragments import channel_name
 from runq.store.statements import check_schema
 
 #: The claim path's own connections (opened on the first claim): one per claim loop of the

@@ -17,8 +17,8 @@ from runq.store.postgres.statements.claims import (
     limited_claim_sql,
     release_sql,
 )
-from runq.store.postgres.statements.common import clock_expr
 from runq.store.postgres.statements.events import events_sql
+from runq.store.postgres.statements.fragments import clock_expr
 from runq.store.postgres.statements.lifecycle import lifecycle_sql
 from runq.store.postgres.statements.limits import limits_sql, usage_sql
 from runq.store.postgres.statements.operations import (

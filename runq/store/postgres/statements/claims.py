@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from runq.limits import NO_CAP
-from runq.store.postgres.statements.common import (
+from runq.store.postgres.statements.fragments import (
     ACTIVE_LIST,
     budget_allows,
     claimed_events,

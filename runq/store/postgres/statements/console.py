@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runq.store.postgres.statements.common import FINAL_LIST, clock_expr
+from runq.store.postgres.statements.fragments import FINAL_LIST, clock_expr
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runq.store.postgres.statements.common import still_running
+from runq.store.postgres.statements.fragments import still_running
 from runq.store.postgres.statements.operations import completion
 from runq.store.statements import fenced
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runq.store.postgres.statements.common import RUNNING_STATUS
+from runq.store.postgres.statements.fragments import RUNNING_STATUS
 from runq.store.statements import sources_of, target_of
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from runq.store.postgres.statements.claims import EPOCH_ROW, EPOCH_WRAP, RATE_WINDOW_ADD
-from runq.store.postgres.statements.common import ACTIVE_LIST, budget_allows, component_name
+from runq.store.postgres.statements.fragments import ACTIVE_LIST, budget_allows, component_name
 
 
 def limits_sql(s: str, now: str) -> dict[str, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from runq.store.listing_sql import ListingDialect
-from runq.store.postgres.statements.common import (
+from runq.store.postgres.statements.fragments import (
     FINAL_LIST,
     completed_events,
     completed_ids,

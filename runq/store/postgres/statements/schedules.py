@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runq.store.postgres.statements.common import ACTIVE_LIST, clock_expr
+from runq.store.postgres.statements.fragments import ACTIVE_LIST, clock_expr
 from runq.store.postgres.statements.runs import INSERT_COLUMNS
 
 

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from runq.store.sqlite.statements.claims import ClaimShape, claims_sql
-from runq.store.sqlite.statements.common import (
+from runq.store.sqlite.statements.events import events_sql
+from runq.store.sqlite.statements.fragments import (
     BEGIN,
     BEGIN_IMMEDIATE,
     COMMIT,
@@ -21,7 +22,6 @@ from runq.store.sqlite.statements.common import (
     ROLLBACK,
     pragmas,
 )
-from runq.store.sqlite.statements.events import events_sql
 from runq.store.sqlite.statements.lifecycle import lifecycle_sql
 from runq.store.sqlite.statements.limits import depth_gates_sql, limits_sql, usage_sql
 from runq.store.sqlite.statements.operations import (

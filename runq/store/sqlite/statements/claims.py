@@ -6,7 +6,7 @@ import itertools
 from dataclasses import dataclass
 
 from runq.limits import NO_CAP
-from runq.store.sqlite.statements.common import (
+from runq.store.sqlite.statements.fragments import (
     ACTIVE_IN,
     BLOCKED_CONFIGURATION,
     BLOCKED_PAIR,

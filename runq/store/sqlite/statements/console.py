@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runq.store.sqlite.statements.common import FINAL_IN
+from runq.store.sqlite.statements.fragments import FINAL_IN
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runq.store.sqlite.statements.common import fence
+from runq.store.sqlite.statements.fragments import fence
 
 
 def events_sql(t: str, e: str) -> dict[str, str]:

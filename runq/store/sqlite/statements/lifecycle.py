@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runq.store.sqlite.statements.common import LEASE_CLEAR, fence
+from runq.store.sqlite.statements.fragments import LEASE_CLEAR, fence
 from runq.store.statements import (
     sources_of,
     target_of,

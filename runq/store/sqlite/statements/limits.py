@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runq.store.sqlite.statements.common import (
+from runq.store.sqlite.statements.fragments import (
     ACTIVE_IN,
     BLOCKED_CONFIGURATION,
     BLOCKED_PAIR,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from runq.seal import SEALED_COLUMNS
 from runq.store.listing_sql import ListingDialect
-from runq.store.sqlite.statements.common import FENCE, FINAL_IN, LEASE_CLEAR, fence
+from runq.store.sqlite.statements.fragments import FENCE, FINAL_IN, LEASE_CLEAR, fence
 from runq.store.sqlite.statements.lifecycle import fail_sql
 from runq.store.statements import (
     reap_exhausted_error,
