@@ -142,17 +142,20 @@ class BudgetGate:
         """Some limit counts runs, so a claim must be counted before the next one is made."""
         return any(limit.max_runs is not None for limit in self.limits)
 
+    def key_of(
+        self, limit: BudgetLimit, user_id: str | None, configuration: str | None, now: float
+    ) -> UsageKey:
+        """The counter ``limit`` reads for this user/configuration in the period at ``now``."""
+        return UsageKey(
+            counter_scope(limit),
+            subject_for(limit, user_id, configuration),
+            period_start(limit.period, now, self.tz),
+        )
+
     def usage_keys(
         self, user_id: str | None, configuration: str | None, now: float
     ) -> list[UsageKey]:
-        keys = {
-            UsageKey(
-                counter_scope(limit),
-                subject_for(limit, user_id, configuration),
-                period_start(limit.period, now, self.tz),
-            )
-            for limit in self.limits
-        }
+        keys = {self.key_of(limit, user_id, configuration, now) for limit in self.limits}
         return sorted(keys, key=lambda k: (k.scope, k.subject))
 
     def invalidate(self) -> None:
@@ -216,11 +219,7 @@ class BudgetGate:
         now = await self.store.now()
         totals = await self.store.usage_totals(self.usage_keys(user_id, configuration, now))
         for limit in self.limits:
-            key = UsageKey(
-                counter_scope(limit),
-                subject_for(limit, user_id, configuration),
-                period_start(limit.period, now, self.tz),
-            )
+            key = self.key_of(limit, user_id, configuration, now)
             used = totals.get(key, UsageTotals())
             cap = over_cap(limit, used)
             if cap is None:
@@ -246,11 +245,7 @@ class BudgetGate:
         tokens: int | None = None
         runs: int | None = None
         for limit in self.limits:
-            key = UsageKey(
-                counter_scope(limit),
-                subject_for(limit, user_id, configuration),
-                period_start(limit.period, now, self.tz),
-            )
+            key = self.key_of(limit, user_id, configuration, now)
             used = totals.get(key, UsageTotals())
             if limit.max_cost is not None:
                 cost = _tighter(cost, limit.max_cost - used.cost)

@@ -10,11 +10,13 @@ not runs). Submitting, cancelling, continuing and requeueing runs is the produce
 
 from __future__ import annotations
 
+from typing import Unpack
+
 from runq.config import Config
 from runq.errors import NotFound
 from runq.limits.budget import BudgetGate
 from runq.limits.waits import WaitInputs, explain
-from runq.listing import ALL_RUNS, Page, RunCursor, RunFilter, RunList
+from runq.listing import JobListing, Page, RunCursor, RunFilter, RunList
 from runq.log import get_logger
 from runq.model import (
     Pause,
@@ -69,25 +71,9 @@ class Operations:
         """The run's full error text, opened from its sealed column: admins only."""
         return await self._store.error_detail(run_id)
 
-    async def list_jobs(
-        self,
-        *,
-        page: int = 1,
-        limit: int = 20,
-        sort_by: str = "created_at",
-        sort_order: str = "desc",
-        where: RunFilter = ALL_RUNS,
-        after: RunCursor | None = None,
-    ) -> Page:
+    async def list_jobs(self, **listing: Unpack[JobListing]) -> Page:
         """One page of runs by ``where``, numbered or (``after``) by keyset."""
-        return await self._store.list_jobs(
-            page=page,
-            limit=limit,
-            sort_by=sort_by,
-            sort_order=sort_order,
-            where=where,
-            after=after,
-        )
+        return await self._store.list_jobs(**listing)
 
     async def list_runs(self, where: RunFilter, *, after: RunCursor | None, limit: int) -> RunList:
         """Runs by ``where``, newest first, by keyset (``GET /runs``)."""

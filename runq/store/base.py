@@ -14,10 +14,10 @@ values. Payloads are JSON (msgspec); a value that cannot be encoded raises
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Unpack, runtime_checkable
 
 from runq.limits import LimitRules, LimitState, Pause
-from runq.listing import ALL_RUNS, Page, RunCursor, RunFilter, RunList
+from runq.listing import JobListing, Page, RunCursor, RunFilter, RunList
 from runq.model import (
     BudgetBlock,
     ClaimedRuns,
@@ -276,19 +276,11 @@ class Store(Protocol):
         """Counts, oldest queued age overall and per deployment ("" for none), expired
         leases and live workers, in as few queries as the engine allows."""
 
-    async def list_jobs(
-        self,
-        *,
-        page: int = 1,
-        limit: int = 20,
-        sort_by: str = "created_at",
-        sort_order: str = "desc",
-        where: RunFilter = ALL_RUNS,
-        after: RunCursor | None = None,
-    ) -> Page:
-        """Paged listing. ``sort_by`` outside ``SORTABLE_FIELDS`` falls back to ``created_at``;
-        never interpolated. ``after``: keyset paging from a cursor (meaningful when sorted
-        by ``created_at``; then ``page`` should be 1, and ``next_cursor`` of the answer
+    async def list_jobs(self, **listing: Unpack[JobListing]) -> Page:
+        """Paged listing (``runq.listing.JobListing``: page, limit, sort, filter, cursor).
+        ``sort_by`` outside ``SORTABLE_FIELDS`` falls back to ``created_at``; never
+        interpolated. ``after``: keyset paging from a cursor (meaningful when sorted by
+        ``created_at``; then ``page`` should be 1, and ``next_cursor`` of the answer
         continues the listing). Both engines share it (``runq.store.listings``)."""
 
     async def list_runs(self, where: RunFilter, *, after: RunCursor | None, limit: int) -> RunList:

@@ -4,9 +4,17 @@ listing verbs every engine shares (``ListingVerbs``); an engine only reads the r
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Unpack
 
-from runq.listing import ALL_RUNS, Page, RunCursor, RunFilter, RunList
+from runq.listing import (
+    ALL_RUNS,
+    DEFAULT_SORT_BY,
+    JobListing,
+    Page,
+    RunCursor,
+    RunFilter,
+    RunList,
+)
 from runq.model import Run
 from runq.store.listing_sql import ListingDialect, count_listed, list_page, sort_column
 
@@ -78,18 +86,14 @@ class ListingVerbs:
         its filter matches (else 0), read together."""
         raise NotImplementedError
 
-    async def list_jobs(
-        self,
-        *,
-        page: int = 1,
-        limit: int = 20,
-        sort_by: str = "created_at",
-        sort_order: str = "desc",
-        where: RunFilter = ALL_RUNS,
-        after: RunCursor | None = None,
-    ) -> Page:
+    async def list_jobs(self, **listing_args: Unpack[JobListing]) -> Page:
         listing = Listing.of(
-            where, after=after, limit=limit, page=page, sort_by=sort_by, sort_order=sort_order
+            listing_args.get("where", ALL_RUNS),
+            after=listing_args.get("after"),
+            limit=listing_args.get("limit", 20),
+            page=listing_args.get("page", 1),
+            sort_by=listing_args.get("sort_by", DEFAULT_SORT_BY),
+            sort_order=listing_args.get("sort_order", "desc"),
         )
         total, runs = await self._read_listing(listing, count=True)
         return listing.as_page(runs, total)

@@ -3,6 +3,7 @@ the role does not see is absent from the JSON, never null."""
 
 from __future__ import annotations
 
+import helpers
 import msgspec
 
 from runq.model import Actor, Run, Status
@@ -42,38 +43,13 @@ STATE = {
 
 
 def a_run(**changes: object) -> Run:
-    run = Run(
-        id="r1",
-        component_type="task",
-        component_id="echo",
-        status=Status.QUEUED,
-        attempt=0,
-        max_attempts=3,
-        priority=0,
-        session_id=None,
+    return helpers.a_run(
         user_id="u",
         actor=Actor(user_id="u"),
-        configuration=None,
-        deployment_id=None,
-        idempotency_key=None,
-        origin="python",
-        created_at=1.0,
-        updated_at=1.0,
-        available_at=1.0,
-        started_at=None,
-        completed_at=None,
-        locked_by=None,
-        locked_at=None,
-        error=None,
-        termination_reason=None,
-        pause_reason=None,
-        cancel_requested=False,
-        non_idempotent=False,
-        has_request=True,
         payload={"secret": 1},
         answer={"done": True},
+        **changes,
     )
-    return msgspec.structs.replace(run, **changes)
 
 
 def keys(view: RunView) -> set[str]:

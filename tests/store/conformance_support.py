@@ -1,6 +1,11 @@
 """What the store conformance suite's modules share (``tests/store/test_*.py`` of the
 store's concerns): the ``store`` fixture built through ``handle`` (so a test can also see
-raw rows), and small helpers. Every test of those modules runs once per engine."""
+raw rows), and small helpers.
+
+Each conformance module runs once per engine (the ``store`` fixture is parametrised over
+SQLite and PostgreSQL); an engine is done when every one of them passes on it. Times come
+from the database clock, moved with ``store.clock_offset_seconds`` instead of sleeping.
+"""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
 """The store conformance suite, a claimed run's writes: heartbeats, fenced completions and
 failures with their retry rules.
-
-Run once per engine (the ``store`` fixture is parametrised over SQLite and PostgreSQL);
-an engine is done when every ``tests/store`` conformance module passes on it. Times come
-from the database clock, moved with ``store.clock_offset_seconds`` instead of sleeping.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
 """The store conformance suite, pause and continue, cancel, and the operator's requeue, each
 with its fencing and conflicts.
-
-Run once per engine (the ``store`` fixture is parametrised over SQLite and PostgreSQL);
-an engine is done when every ``tests/store`` conformance module passes on it. Times come
-from the database clock, moved with ``store.clock_offset_seconds`` instead of sleeping.
 """
 
 from __future__ import annotations

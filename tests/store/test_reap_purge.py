@@ -1,9 +1,5 @@
 """The store conformance suite, the maintenance verbs: the reaper's rules in order on the
 database clock, and retention's purge.
-
-Run once per engine (the ``store`` fixture is parametrised over SQLite and PostgreSQL);
-an engine is done when every ``tests/store`` conformance module passes on it. Times come
-from the database clock, moved with ``store.clock_offset_seconds`` instead of sleeping.
 """
 
 from __future__ import annotations

@@ -10,10 +10,10 @@ from typing import Any
 import anyio
 import pytest
 from fake_store import FakeStore
-from helpers import wait_for
+from helpers import a_run, wait_for
 
 from runq.errors import StoreUnavailable
-from runq.model import Actor, Run, Status
+from runq.model import Run, Status
 from runq.worker.execution import Execution, Interrupt
 from runq.worker.heartbeat import Heartbeat, HeartbeatConfig
 from runq.worker.inflight import InFlight
@@ -21,42 +21,14 @@ from runq.worker.inflight import InFlight
 pytestmark = [pytest.mark.anyio]
 
 
-def a_run(run_id: str) -> Run:
-    return Run(
-        id=run_id,
-        component_type="task",
-        component_id="echo",
-        status=Status.RUNNING,
-        attempt=1,
-        max_attempts=3,
-        priority=0,
-        session_id=None,
-        user_id=None,
-        actor=Actor(),
-        configuration=None,
-        deployment_id=None,
-        idempotency_key=None,
-        origin="python",
-        created_at=1.0,
-        updated_at=1.0,
-        available_at=1.0,
-        started_at=1.0,
-        completed_at=None,
-        locked_by="w",
-        locked_at=1.0,
-        error=None,
-        termination_reason=None,
-        pause_reason=None,
-        cancel_requested=False,
-        non_idempotent=False,
-        has_request=True,
-    )
+def running(run_id: str) -> Run:
+    return a_run(run_id, status=Status.RUNNING, attempt=1, locked_by="w", locked_at=1.0)
 
 
 def in_flight(*run_ids: str) -> tuple[InFlight, dict[str, Execution]]:
     inflight = InFlight()
     host: Any = object()  # the heartbeat never calls into the executor
-    executions = {run_id: Execution(run=a_run(run_id), executor=host) for run_id in run_ids}
+    executions = {run_id: Execution(run=running(run_id), executor=host) for run_id in run_ids}
     for execution in executions.values():
         inflight.add(execution)
     return inflight, executions
