@@ -137,15 +137,8 @@ class Queue:
             async with open_store(config) as store:
                 if migrate:
                     await store.migrate()
-                async with anyio.create_task_group() as tg:
-                    queue = cls(config, store, registry)
-                    tg.start_soon(queue.dispatch.run)
-                    try:
-                        yield queue
-                    finally:
-                        with anyio.CancelScope(shield=True):
-                            await queue._flush()
-                        tg.cancel_scope.cancel()
+                async with cls.on(store, config, registry) as queue:
+                    yield queue
         except BaseExceptionGroup as group:
             sole = sole_exception(group)
             if sole is None:
@@ -156,6 +149,31 @@ class Queue:
                     await registry.aclose()
         if sole is not None:
             raise sole  # the caller's own error, not the notifier's task group around it
+
+    @classmethod
+    @asynccontextmanager
+    async def on(
+        cls, store: Store, config: Config, components: ComponentRegistry
+    ) -> AsyncIterator[Queue]:
+        """A queue over an open store (the caller closes both): its wake-ups are sent
+        while the block runs and flushed when it ends."""
+        sole: BaseException | None = None
+        try:
+            async with anyio.create_task_group() as tg:
+                queue = cls(config, store, components)
+                tg.start_soon(queue.dispatch.run)
+                try:
+                    yield queue
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await queue._flush()
+                    tg.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            sole = sole_exception(group)
+            if sole is None:
+                raise
+        if sole is not None:
+            raise sole  # the caller's own error, not the task group around it
 
     async def _flush(self) -> None:
         with anyio.move_on_after(2):

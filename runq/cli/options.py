@@ -27,6 +27,7 @@ from runq.store import sqlite_path
 if TYPE_CHECKING:
     from runq.ops.operations import Operations
     from runq.queue import Queue
+    from runq.store.base import Store
 
 T = TypeVar("T")
 
@@ -65,21 +66,39 @@ class CliContext:
         return Queue.open(config=self.config, migrate=migrate, components=registry)
 
     @asynccontextmanager
+    async def store(self, *, migrate: bool = False, create: bool = False) -> AsyncIterator[Store]:
+        """The configured store, for the commands that host a service on it (work, reap,
+        purge) and for the operator's side; refuses a missing SQLite database unless
+        ``create``, as ``queue`` does."""
+        from runq.store import open_store
+
+        if not create:
+            refuse_missing_database(self.config)
+        async with open_store(self.config) as store:
+            if migrate:
+                await store.migrate()
+            yield store
+
+    @asynccontextmanager
     async def operations(self) -> AsyncIterator[Operations]:
-        """The operator's side of the configured store (``runq.ops``), for reads, pauses
-        and schedules; refuses a missing SQLite database as ``queue`` does."""
+        """The operator's side of the configured store (``runq.ops``): reads, pauses and
+        schedules."""
         from runq.ops.operations import Operations
 
-        async with self.queue() as queue:
-            yield Operations(queue.store, self.config)
+        async with self.store() as store:
+            yield Operations(store, self.config)
 
     @asynccontextmanager
     async def both(self) -> AsyncIterator[tuple[Queue, Operations]]:
         """The producer and the operator's side on one store (find a run, then act on it)."""
         from runq.ops.operations import Operations
+        from runq.queue import Queue
 
-        async with self.queue() as queue:
-            yield queue, Operations(queue.store, self.config)
+        async with (
+            self.store() as store,
+            Queue.on(store, self.config, ComponentRegistry({})) as queue,
+        ):
+            yield queue, Operations(store, self.config)
 
     @property
     def cli_actor(self) -> Actor:
