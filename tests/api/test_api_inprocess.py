@@ -95,7 +95,7 @@ async def test_store_unavailable_is_503_with_retry_after(
         raise StoreUnavailable("database at sqlite:///x is unreachable")
 
     monkeypatch.setattr(queue.store, "submit", down)
-    monkeypatch.setattr(queue, "get", down)
+    monkeypatch.setattr(queue.store, "get", down)
     for response in (
         await client.post("/runs", json=submission()),
         await client.get("/runs/some-id"),
@@ -134,7 +134,7 @@ async def test_a_seal_failure_is_500_naming_the_run_not_the_value(
     async def sealed(*args: Any, **kwargs: Any) -> Any:
         raise SealError("run r1: payload failed to open")
 
-    monkeypatch.setattr(queue, "get", sealed)
+    monkeypatch.setattr(queue.store, "get", sealed)
     body = assert_error(await client.get("/runs/r1"), 500, "seal_error")
     assert "r1" in body["detail"]
 
