@@ -28,8 +28,10 @@ import asyncpg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fleet_sim import drop_database, dsn_for, fresh_database
 
+from runq.listing import ALL_RUNS, RunFilter
 from runq.model import Status
 from runq.seal import PlainSealer
+from runq.store.listings import Listing
 from runq.store.postgres import statements as pg_sql
 from runq.store.postgres.statements.console import build_console
 from runq.store.postgres.store import PostgresStore
@@ -106,14 +108,32 @@ async def explain(con: asyncpg.Connection, title: str, sql: str, *args: object) 
     print(f"\n### {title}\n\n```sql\n{' '.join(sql.split())}\n```\n\n```\n{text}\n```")
 
 
-LISTINGS: list[tuple[str, dict[str, object], list[object]]] = [
-    ("all runs, newest first (the UI's and API's default)", {}, []),
-    ("all runs, newest first, page 500", {"offset": 499 * 20}, []),
-    ("queued, newest first", {"statuses": [Status.QUEUED]}, []),
-    ("failed, newest first", {"statuses": [Status.FAILED]}, []),
-    ("running, oldest first", {"statuses": [Status.RUNNING], "sort_order": "asc"}, []),
-    ("one user's runs, newest first", {"by_user": True}, ["user-42"]),
-    ("all runs by completed_at, newest first", {"sort_by": "completed_at"}, []),
+LISTINGS: list[tuple[str, Listing]] = [
+    (
+        "all runs, newest first (the UI's and API's default)",
+        Listing.of(ALL_RUNS, after=None, limit=20),
+    ),
+    ("all runs, newest first, page 500", Listing.of(ALL_RUNS, after=None, limit=20, page=500)),
+    (
+        "queued, newest first",
+        Listing.of(RunFilter(statuses=(Status.QUEUED,)), after=None, limit=20),
+    ),
+    (
+        "failed, newest first",
+        Listing.of(RunFilter(statuses=(Status.FAILED,)), after=None, limit=20),
+    ),
+    (
+        "running, oldest first",
+        Listing.of(RunFilter(statuses=(Status.RUNNING,)), after=None, limit=20, sort_order="asc"),
+    ),
+    (
+        "one user's runs, newest first",
+        Listing.of(RunFilter(user_id="user-42"), after=None, limit=20),
+    ),
+    (
+        "all runs by completed_at, newest first",
+        Listing.of(ALL_RUNS, after=None, limit=20, sort_by="completed_at"),
+    ),
 ]
 
 
@@ -170,18 +190,11 @@ async def report(con: asyncpg.Connection, store: PostgresStore, opts: argparse.N
         con, "console: running runs per worker", build_console(SCHEMA, 0.0).running_by_worker
     )
     print("\n## list_jobs (page of 20 and its count)\n")
-    for title, kw, args in LISTINGS:
-        page, count = pg_sql.list_jobs(
-            SCHEMA,
-            statuses=kw.get("statuses", []),  # type: ignore[arg-type]
-            by_user=bool(kw.get("by_user", False)),
-            sort_by=str(kw.get("sort_by", "created_at")),
-            sort_order=str(kw.get("sort_order", "desc")),
-            limit=20,
-            offset=int(kw.get("offset", 0)),  # type: ignore[call-overload]
-        )
-        await explain(con, f"{title}: page", page, *args)
-        await explain(con, f"{title}: count", count, *args)
+    for title, listing in LISTINGS:
+        page, page_args = listing.page_statement(pg_sql.LISTING, SCHEMA)
+        count, count_args = listing.count_statement(pg_sql.LISTING, SCHEMA)
+        await explain(con, f"{title}: page", page, *page_args)
+        await explain(con, f"{title}: count", count, *count_args)
     print("\n## Candidate rewrites (not in runq yet)\n")
     for title, text in PROPOSED:
         await explain(con, title, text.format(s=SCHEMA))

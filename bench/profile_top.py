@@ -23,7 +23,7 @@ from pathlib import Path
 GROUPS = {
     "asyncpg (protocol, codecs, pool)": re.compile(r"asyncpg/"),
     "anyio / asyncio machinery": re.compile(r"anyio/|asyncio/"),
-    "runq store (postgres/, rows.py)": re.compile(r"runq/store/"),
+    "runq store (postgres/, codec.py)": re.compile(r"runq/store/"),
     "runq executor": re.compile(r"runq/worker/executor\.py"),
     "runq claimer": re.compile(r"runq/worker/claimer\.py"),
     "runq completer": re.compile(r"runq/worker/completer\.py"),

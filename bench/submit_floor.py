@@ -35,7 +35,7 @@ import asyncpg
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_components
 
 from runq.config import Config, QueueConfig, SealConfig, StoreConfig
-from runq.model import new_run_ids
+from runq.ids import new_run_ids
 from runq.queue import Queue
 from runq.seal import generate_key
 from runq.store.postgres.statements import SUBMIT_COPY_COLUMNS

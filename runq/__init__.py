@@ -39,6 +39,7 @@ from runq.errors import (
 from runq.model import Actor, Resume, Run, Status, SubmitResult
 
 if TYPE_CHECKING:
+    from runq.ops.operations import Operations
     from runq.queue import Queue
 
 __version__ = "0.1.0"
@@ -54,6 +55,7 @@ __all__ = [
     "InvalidTransition",
     "LeaseLost",
     "NotFound",
+    "Operations",
     "PauseRequested",
     "Permanent",
     "Queue",
@@ -74,10 +76,14 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # Queue pulls in the store drivers; import it on first use so `import runq` stays light
-    # for handler modules that only need RunContext and the errors.
+    # Queue and Operations pull in the store drivers; import them on first use so `import
+    # runq` stays light for handler modules that only need RunContext and the errors.
     if name == "Queue":
         from runq.queue import Queue
 
         return Queue
+    if name == "Operations":
+        from runq.ops.operations import Operations
+
+        return Operations
     raise AttributeError(f"module 'runq' has no attribute {name!r}")

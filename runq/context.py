@@ -26,7 +26,7 @@ from runq.errors import BudgetExhausted, PauseRequested
 from runq.model import Actor, Resume, clean_pause_summary
 
 if TYPE_CHECKING:
-    from runq.budget import BudgetLeft
+    from runq.limits.budget import BudgetLeft
 
 
 class ExecutionHooks(Protocol):

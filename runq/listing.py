@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import math
+from typing import TypedDict
 
 import msgspec
 
@@ -109,3 +110,18 @@ class RunList(msgspec.Struct, kw_only=True):
 MAX_CURSOR_CHARS = 1200
 _cursor_encoder = msgspec.json.Encoder()
 _cursor_decoder = msgspec.json.Decoder(RunCursor)
+
+
+class JobListing(TypedDict, total=False):
+    """The arguments of a paged listing of runs (``list_jobs``), written once: the store,
+    its engines and the operator's side all take them as ``**listing``. Left out:
+    page 1, 20 runs, ``created_at`` descending, every run, no cursor."""
+
+    page: int
+    limit: int
+    #: A field of ``SORTABLE_FIELDS``; anything else sorts by ``created_at``.
+    sort_by: str
+    sort_order: str
+    where: RunFilter
+    #: Keyset paging from a cursor (with ``sort_by="created_at"`` and page 1).
+    after: RunCursor | None

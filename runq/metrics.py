@@ -51,6 +51,11 @@ RUNS_FINISHED = Counter(
     registry=REGISTRY,
 )
 CLAIMS = Counter("runq_claims_total", "Runs claimed by this process.", registry=REGISTRY)
+#: Every claim pass, including those that claimed nothing or failed: a test waits on it to
+#: prove that passes happened and took nothing, and an operator sees the claimers alive.
+CLAIM_PASSES = Counter(
+    "runq_claim_passes_total", "Claim passes this process finished.", registry=REGISTRY
+)
 SUBMISSIONS = Counter(
     "runq_submissions_total", "Runs accepted by this process.", ["origin"], registry=REGISTRY
 )

@@ -7,9 +7,6 @@ decoded row: payload, answer and resume state are already opened (unsealed).
 from __future__ import annotations
 
 import enum
-import os
-import threading
-import time
 import unicodedata
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -406,123 +403,6 @@ class SettingDivergence(msgspec.Struct, frozen=True, kw_only=True):
     def describe(self) -> str:
         shown = ", ".join(f"{v.value:g} on {', '.join(v.workers)}" for v in self.values)
         return f"{self.setting} differs across live workers: {shown}"
-
-
-def fleet_divergences(workers: Iterable[WorkerInfo]) -> list[SettingDivergence]:
-    """Each recorded setting with more than one value among ``workers`` (pass live ones
-    only: a dead worker's row says nothing about the fleet now), by setting name, values
-    ascending. Workers that recorded no settings are left out."""
-    by_setting: dict[str, dict[float, list[str]]] = {}
-    for worker in workers:
-        for name, value in worker.settings.items():
-            by_setting.setdefault(name, {}).setdefault(value, []).append(worker.id)
-    return [
-        SettingDivergence(
-            setting=name,
-            values=[SettingValue(value=v, workers=sorted(ids)) for v, ids in sorted(seen.items())],
-        )
-        for name, seen in sorted(by_setting.items())
-        if len(seen) > 1
-    ]
-
-
-class JobView(msgspec.Struct, kw_only=True):
-    """A job as the ``/queue`` operator surface shows it (the operator's job table)."""
-
-    id: str
-    component_type: str
-    component_id: str
-    session_id: str | None
-    user_id: str | None
-    status: Status
-    attempt: int
-    max_attempts: int
-    error: str | None
-    locked_by: str | None
-    locked_at: float | None
-    idempotency_key: str | None
-    payload: Any
-    created_at: float
-    updated_at: float
-    completed_at: float | None
-    deployment_id: str | None
-    available_at: float
-    priority: int
-    termination_reason: TerminationReason | None
-    pause_reason: str | None
-    #: A queued job's reason for waiting, when it has one.
-    waiting: WaitReason | None = None
-    concurrency_key: str | None = None
-    #: The handler's full error text, sealed at rest; only ``GET /queue/jobs/{id}`` and
-    #: ``runq jobs show`` fill it in (``error`` is what ``[privacy] level`` keeps).
-    error_detail: str | None = None
-
-    @classmethod
-    def from_run(cls, run: Run) -> JobView:
-        return cls(
-            id=run.id,
-            component_type=run.component_type,
-            component_id=run.component_id,
-            session_id=run.session_id,
-            user_id=run.user_id,
-            status=run.status,
-            attempt=run.attempt,
-            max_attempts=run.max_attempts,
-            error=run.error,
-            locked_by=run.locked_by,
-            locked_at=run.locked_at,
-            idempotency_key=run.idempotency_key,
-            payload=run.payload,
-            created_at=run.created_at,
-            updated_at=run.updated_at,
-            completed_at=run.completed_at,
-            deployment_id=run.deployment_id,
-            available_at=run.available_at,
-            priority=run.priority,
-            termination_reason=run.termination_reason,
-            pause_reason=run.pause_reason,
-            concurrency_key=run.concurrency_key,
-        )
-
-
-_last_id_value = 0
-_id_lock = threading.Lock()
-
-
-def new_run_id() -> str:
-    """A UUIDv7 string: time-ordered, so ids sort by creation and index pages stay hot.
-
-    Monotonic within a process: ids made in the same millisecond still increase (the
-    random bits count up), because "oldest first" ties on equal times break by id.
-    """
-    return new_run_ids(1)[0]
-
-
-def new_run_ids(count: int) -> list[str]:
-    """``count`` ids as ``new_run_id`` makes them, in increasing order: one clock read, one
-    read of the random source and one lock for all of them (a bulk submit makes thousands)."""
-    global _last_id_value
-    ms = time.time_ns() // 1_000_000
-    random = os.urandom(10 * count)
-    stamp = ((ms & ((1 << 48) - 1)) << 80) | (0x7 << 76) | (0b10 << 62)
-    out: list[str] = []
-    with _id_lock:
-        last = _last_id_value
-        for at in range(0, 10 * count, 10):
-            rand = int.from_bytes(random[at : at + 10], "big")
-            value = stamp | (((rand >> 62) & 0xFFF) << 64) | (rand & ((1 << 62) - 1))
-            if value <= last:
-                # Same (or an earlier, if the clock stepped back) millisecond: count up from
-                # the last id, skipping the fixed version/variant bits so the id stays a
-                # valid UUIDv7.
-                value = last + 1
-                if (value >> 62) & 0b11 != 0b10:
-                    value = ((value >> 64) + 1) << 64 | (0b10 << 62)
-            last = value
-            h = f"{value:032x}"
-            out.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
-        _last_id_value = last
-    return out
 
 
 def retry_delay(attempt: int, base_seconds: float, rand: float) -> float:

@@ -21,14 +21,11 @@ from typing import Any
 
 import anyio
 import msgspec
-from anyio.abc import TaskGroup
 
-from runq.budget import BudgetGate
 from runq.components import ComponentRegistry
 from runq.config import Config, load_config
 from runq.errors import BadRequest, NotFound, StoreUnavailable, UnknownComponent
-from runq.flow.waits import WaitInputs, explain
-from runq.listing import ALL_RUNS, Page, RunCursor, RunFilter
+from runq.follow import follow_events, run_events, wait_for_outcome
 from runq.log import get_logger
 from runq.metrics import SUBMISSIONS
 from runq.model import (
@@ -38,20 +35,14 @@ from runq.model import (
     NewRun,
     Run,
     RunEvent,
-    Stats,
     Status,
     SubmitResult,
     UniqueSpec,
-    WaitReason,
-    fleet_divergences,
 )
 from runq.store import open_store
 from runq.store.base import Store
 from runq.taskgroups import sole_exception
-from runq.transports.base import Router
-from runq.transports.follow import run_events, wait_for_outcome
-from runq.transports.local import LocalHub, hub_for
-from runq.transports.postgres import Notifier, is_listenable
+from runq.transports.dispatch import Dispatcher
 from runq.worker.dispatch import dispatch_in_caller
 from runq.worker.execution import Interrupt
 from runq.worker.registry import new_worker_id
@@ -103,15 +94,13 @@ class Queue:
         store: Store,
         components: ComponentRegistry,
         *,
-        notifier: Notifier | None = None,
         validate_components: bool = True,
     ) -> None:
         self.config = config
         self.store = store
         self.components = components
-        self.router = Router(config.routing)
-        self.local: LocalHub = hub_for(config.store.url, config.store.schema)
-        self.notifier = notifier
+        #: Who hears of a stored run: its route's wake-up (``runq.transports``).
+        self.dispatch = Dispatcher(config.routing, store.notifications())
         #: Refuse submissions for components this process cannot resolve (UnknownComponent).
         self.validate_components = validate_components
         #: The daemon's worker when this queue lives inside ``runq serve``: a ``sync``
@@ -148,14 +137,8 @@ class Queue:
             async with open_store(config) as store:
                 if migrate:
                     await store.migrate()
-                async with anyio.create_task_group() as tg:
-                    queue = cls(config, store, registry, notifier=_notifier_for(store, tg))
-                    try:
-                        yield queue
-                    finally:
-                        with anyio.CancelScope(shield=True):
-                            await queue._flush()
-                        tg.cancel_scope.cancel()
+                async with cls.on(store, config, registry) as queue:
+                    yield queue
         except BaseExceptionGroup as group:
             sole = sole_exception(group)
             if sole is None:
@@ -167,30 +150,40 @@ class Queue:
         if sole is not None:
             raise sole  # the caller's own error, not the notifier's task group around it
 
+    @classmethod
+    @asynccontextmanager
+    async def on(
+        cls, store: Store, config: Config, components: ComponentRegistry
+    ) -> AsyncIterator[Queue]:
+        """A queue over an open store (the caller closes both): its wake-ups are sent
+        while the block runs and flushed when it ends."""
+        sole: BaseException | None = None
+        try:
+            async with anyio.create_task_group() as tg:
+                queue = cls(config, store, components)
+                tg.start_soon(queue.dispatch.run)
+                try:
+                    yield queue
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await queue._flush()
+                    tg.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            sole = sole_exception(group)
+            if sole is None:
+                raise
+        if sole is not None:
+            raise sole  # the caller's own error, not the task group around it
+
     async def _flush(self) -> None:
-        if self.notifier is not None:
-            with anyio.move_on_after(2):
-                await self.notifier.flush()
+        with anyio.move_on_after(2):
+            await self.dispatch.flush()
 
     # -- routing -----------------------------------------------------------------------------
 
     def route(self, component_type: str, component_id: str) -> str:
         """The transport of a component: ``sync``, ``local`` or ``postgres``."""
-        return self.router.route(component_type, component_id)
-
-    async def _wake(self, run: Run, *, strict: bool) -> None:
-        """The wake-up of a non-``sync`` route. ``strict`` (enqueue) raises on failure;
-        otherwise (defer, requeue, continue) a failure is logged and the row stays queued."""
-        route = self.route(run.component_type, run.component_id)
-        if route == "sync":
-            return
-        self.local.wake()
-        if route != "postgres" or self.notifier is None:
-            return
-        if not strict:
-            self.notifier.request_wake()
-            return
-        await self.notifier.wake_now()
+        return self.dispatch.route(component_type, component_id)
 
     # -- submission --------------------------------------------------------------------------
 
@@ -317,20 +310,8 @@ class Queue:
             SUBMISSIONS.labels(origin=origin).inc(count)
         if created:
             log.info("runs.submitted", runs=len(created), first_run_id=created[0].id)
-            await self._wake_batch(created)
+            self.dispatch.wake_batch(created)
         return results
-
-    async def _wake_batch(self, runs: Sequence[Run]) -> None:
-        """One wake-up for runs stored together: the local claimers once, the postgres
-        channel once when any of them is routed there (a failure is logged; rows stay)."""
-        components = {(run.component_type, run.component_id) for run in runs}
-        routes = {self.route(*component) for component in components}
-        routes.discard("sync")
-        if not routes:
-            return
-        self.local.wake()
-        if "postgres" in routes and self.notifier is not None:
-            self.notifier.request_wake()
 
     async def enqueue(
         self, component_type: str, component_id: str, payload: Any = None, **options: Any
@@ -346,38 +327,29 @@ class Queue:
     ) -> tuple[SubmitResult, Run | None]:
         """``background``: defer semantics, ``(result, None)``. Otherwise enqueue semantics:
         ``(result, run)`` with the run as the dispatch left it (ended, on ``sync``)."""
-        inline = background and self._inline_wake(new)
+        # Carrying the wake-up in the submit statement saves a NOTIFY's round trip.
+        inline = background and self.dispatch.take_inline_slot(new)
         try:
             result = await self._store(new, wake=inline)
         finally:
-            if inline and self.notifier is not None:
-                self.notifier.inline_done()
+            if inline:
+                self.dispatch.inline_done()
         if not result.created:
             return result, (None if background else result.run)  # a duplicate is not re-run
         if background:
             if inline:
-                self.local.wake()  # the NOTIFY went out with the insert
+                self.dispatch.woke_inline()
             else:
-                await self._wake(result.run, strict=False)
+                await self.dispatch.wake(result.run, strict=False)
             return result, None
         return result, await self._dispatch(result.run)
-
-    def _inline_wake(self, new: NewRun) -> bool:
-        """Carry the wake-up in the submit statement itself (postgres route) when the
-        notifier gives this submission the slot (``Notifier.take_inline_slot``): it saves
-        the round trip of a NOTIFY after the commit."""
-        if self.notifier is None:
-            return False
-        if self.route(new.component_type, new.component_id) != "postgres":
-            return False
-        return self.notifier.take_inline_slot()
 
     async def _dispatch(self, run: Run) -> Run:
         route = self.route(run.component_type, run.component_id)
         try:
             if route == "sync":
                 return await self._execute_here(run)
-            await self._wake(run, strict=True)
+            await self.dispatch.wake(run, strict=True)
             return run
         except Exception as e:
             log.warning("run.dispatch_failed", run_id=run.id, route=route, error=str(e))
@@ -395,7 +367,7 @@ class Queue:
                 runtime.inflight.interrupt(run_id, Interrupt.CANCELLED)
 
             # A cancel from this process reaches the execution at once, as in a daemon.
-            unsubscribe = self.local.subscribe(lambda: None, cancel_here)
+            unsubscribe = self.store.notifications().subscribe(lambda: None, cancel_here)
             try:
                 async with runtime.active():
                     claimed = await self._dispatch_with(runtime, run)
@@ -438,14 +410,10 @@ class Queue:
         except Exception as e:
             raise StoreUnavailable(f"{error}; and the run could not be failed: {e}") from cause
 
-    # -- operator verbs --------------------------------------------------------------------------
+    # -- a run after its submission ---------------------------------------------------------
 
     async def get(self, run_id: str) -> Run | None:
         return await self.store.get(run_id)
-
-    async def error_detail(self, run_id: str) -> str | None:
-        """The run's full error text, opened from its sealed column: admins only."""
-        return await self.store.error_detail(run_id)
 
     async def wait(self, run_id: str, timeout: float | None = None) -> Run:  # noqa: ASYNC109
         """The run once it is final or paused, or as it is after ``timeout`` seconds.
@@ -454,6 +422,13 @@ class Queue:
         if run is None:
             raise NotFound(f"no run {run_id}")
         return run
+
+    def follow(
+        self, run_id: str, *, after: int = 0, keepalive_seconds: float | None = None
+    ) -> AsyncIterator[RunEvent | None]:
+        """``events`` with a ``None`` every ``keepalive_seconds`` without an event (for the
+        keep-alive comments of a server-sent event stream)."""
+        return follow_events(self.store, run_id, after=after, keepalive_seconds=keepalive_seconds)
 
     def events(self, run_id: str, after: int = 0) -> AsyncIterator[RunEvent]:
         """``async for event in queue.events(run_id)``: the stored events after ``after``,
@@ -466,13 +441,7 @@ class Queue:
         postgres channel)."""
         run = await self.store.cancel(run_id)
         if run.status is Status.RUNNING:
-            self.local.cancel(run_id)
-            if self.notifier is not None:
-                try:
-                    await self.notifier.cancel(run_id)
-                except Exception as e:
-                    # The executor's heartbeat will still see the recorded cancel.
-                    log.warning("cancel.notify_failed", run_id=run_id, error=str(e))
+            await self.dispatch.cancel(run_id)
         elif run.status is Status.CANCELLED:
             # Settled here, not by an executor: trim its events as the executor would.
             privacy = self.config.privacy
@@ -482,7 +451,7 @@ class Queue:
     async def continue_(self, run_id: str, decision: Any) -> Run:
         run = await self.store.continue_(run_id, decision)
         if run.status is Status.QUEUED:
-            await self._wake(run, strict=False)
+            await self.dispatch.wake(run, strict=False)
         return run
 
     async def requeue(
@@ -494,65 +463,5 @@ class Queue:
             force=force,
             lock_grace_seconds=self.config.queue.lock_grace_seconds,
         )
-        await self._wake(run, strict=False)
+        await self.dispatch.wake(run, strict=False)
         return run
-
-    async def list_jobs(
-        self,
-        *,
-        statuses: Sequence[Status] = (),
-        page: int = 1,
-        limit: int = 20,
-        sort_by: str = "created_at",
-        sort_order: str = "desc",
-        user_id: str | None = None,
-        where: RunFilter = ALL_RUNS,
-        after: RunCursor | None = None,
-    ) -> Page:
-        return await self.store.list_jobs(
-            statuses=statuses,
-            page=page,
-            limit=limit,
-            sort_by=sort_by,
-            sort_order=sort_order,
-            user_id=user_id,
-            where=where,
-            after=after,
-        )
-
-    async def stats(self) -> Stats:
-        stats = await self.store.stats()
-        stats.pauses = await self.store.list_pauses()
-        live = await self.store.list_workers(max_age_seconds=self.config.queue.live_worker_seconds)
-        stats.fleet_divergences = fleet_divergences(live)
-        return stats
-
-    async def why_waiting(self, run: Run) -> WaitReason | None:
-        """A queued run's reason for waiting (None when nothing holds it back)."""
-        if run.status is not Status.QUEUED:
-            return None
-        store = self.store
-        served = True
-        if run.deployment_id:
-            workers = await store.list_workers(
-                max_age_seconds=self.config.queue.live_worker_seconds
-            )
-            served = any(w.deployment_id == run.deployment_id for w in workers)
-        inputs = WaitInputs(
-            state=await store.flow_state(),
-            pauses=await store.list_pauses(),
-            session_ahead=bool(run.session_id)
-            and self.config.queue.serialize_sessions
-            and await store.session_ahead(run.id, run.session_id or ""),
-            deployment_served=served,
-            budget=await BudgetGate(self.config.budget, store).hold(run.user_id, run.configuration),
-        )
-        return explain(run, store.flow, inputs)
-
-
-def _notifier_for(store: Store, tg: TaskGroup) -> Notifier | None:
-    if not is_listenable(store):
-        return None
-    notifier = Notifier(store)
-    tg.start_soon(notifier.run)
-    return notifier

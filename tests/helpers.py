@@ -13,6 +13,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import anyio
+import msgspec
+
+from runq.model import Actor, Run, Status
 
 T = TypeVar("T")
 
@@ -125,3 +128,38 @@ def approx(expected: float, tolerance: float) -> Callable[[float | None], bool]:
         return actual is not None and abs(actual - expected) <= tolerance
 
     return check
+
+
+def a_run(run_id: str = "r1", **changes: Any) -> Run:
+    """A ``Run`` as a store would return it, without a store: queued, attempt 0, no lease;
+    ``changes`` replace any field (for unit tests of what reads runs)."""
+    run = Run(
+        id=run_id,
+        component_type="task",
+        component_id="echo",
+        status=Status.QUEUED,
+        attempt=0,
+        max_attempts=3,
+        priority=0,
+        session_id=None,
+        user_id=None,
+        actor=Actor(),
+        configuration=None,
+        deployment_id=None,
+        idempotency_key=None,
+        origin="python",
+        created_at=1.0,
+        updated_at=1.0,
+        available_at=1.0,
+        started_at=None,
+        completed_at=None,
+        locked_by=None,
+        locked_at=None,
+        error=None,
+        termination_reason=None,
+        pause_reason=None,
+        cancel_requested=False,
+        non_idempotent=False,
+        has_request=True,
+    )
+    return msgspec.structs.replace(run, **changes)

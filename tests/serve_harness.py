@@ -426,6 +426,24 @@ class RunqServer:
         async with httpx.AsyncClient(base_url=self.url, timeout=10.0) as client:
             return await client.request(method, path, **kwargs)
 
+    async def claim_passes(self) -> int:
+        """The claim passes this server has finished (``runq_claim_passes_total``)."""
+        metrics = (await self.request("GET", "/metrics")).text
+        for line in metrics.splitlines():
+            if line.startswith("runq_claim_passes_total "):
+                return int(float(line.split()[1]))
+        raise AssertionError("runq_claim_passes_total is not on /metrics")
+
+    async def wait_for_claim_passes(self, passes: int, *, timeout: float = 30.0) -> None:  # noqa: ASYNC109
+        """Return once ``passes`` more claim passes have finished than when called: what
+        a test waits on to show that claims happened and took nothing, instead of a sleep."""
+        wanted = await self.claim_passes() + passes
+
+        async def done() -> bool:
+            return await self.claim_passes() >= wanted
+
+        await wait_for(done, timeout=timeout, message=f"{passes} more claim passes")
+
     def close(self) -> None:
         self.kill()
         sock, self._notify = self._notify, None

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from runq.model import TRANSITIONS, Status
-from runq.transports.base import resolve_route
+from runq.transports.routing import resolve_route
 
 DESIGN = Path(__file__).resolve().parents[1] / "docs" / "design.md"
 

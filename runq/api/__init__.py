@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     # Imported for the annotation only: the queue module pulls in the store engines and the
     # worker core, and the API package stays light to import (tests build apps around fakes).
     from runq.config import Config
+    from runq.ops.operations import Operations
     from runq.queue import Queue
 
 
@@ -25,7 +26,10 @@ AUTHENTICATOR_STATE_KEY = "runq_authenticator"
 
 @dataclass(frozen=True)
 class ApiServices:
+    #: The producer side: submit, cancel, continue, requeue, wait and follow runs.
     queue: Queue
+    #: The operator's side: every other read, pauses and schedules.
+    ops: Operations
     config: Config
     #: False → every /queue path answers 503 (an API-only replica runs no worker).
     worker_enabled: bool

@@ -16,6 +16,9 @@ from litestar.params import Dependency
 from runq.api import AUTHENTICATOR_STATE_KEY, SERVICES_STATE_KEY, ApiServices
 from runq.api.auth import Authenticator, Forbidden, Identity
 from runq.api.problems import WorkerDisabled
+from runq.api.schemas import is_plausible_id
+from runq.errors import NotFound
+from runq.model import Run
 
 _IDENTITY_STATE_KEY = "runq_identity"
 
@@ -68,3 +71,12 @@ def provide_identity(request: Request[Any, Any, Any]) -> Identity:
 def provide_services(request: Request[Any, Any, Any]) -> ApiServices:
     """Dependency ``services``."""
     return services_of(request)
+
+
+async def visible_run(services: ApiServices, identity: Identity, run_id: str) -> Run:
+    """The run ``run_id`` names, when the caller may see it; a run they may not see does
+    not exist for them (``NotFound``, never ``Forbidden``: its id says nothing)."""
+    run = await services.ops.get(run_id) if is_plausible_id(run_id) else None
+    if run is None or not identity.can_see(run):
+        raise NotFound("no such run")
+    return run

@@ -99,7 +99,7 @@ async def targets(
     if ids is not None:
         return ids, None
     assert where is not None
-    found = await services.queue.list_jobs(
+    found = await services.ops.list_jobs(
         where=run_filter(
             status=where.status,
             component=where.component,

@@ -20,14 +20,11 @@ from litestar.params import Parameter
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
 from runq.api import ApiServices
-from runq.api.auth import Identity
-from runq.api.guards import CurrentIdentity, Services, authenticate
+from runq.api.guards import CurrentIdentity, Services, authenticate, visible_run
 from runq.api.problems import error_responses
-from runq.api.schemas import is_plausible_id
-from runq.errors import BadRequest, NotFound
-from runq.model import FINAL_EVENT_KINDS, Run, RunEvent
+from runq.errors import BadRequest
+from runq.model import FINAL_EVENT_KINDS, RunEvent
 from runq.store.events import RESERVED_KINDS
-from runq.transports.follow import follow_events
 
 KEEPALIVE_SECONDS = 15.0
 MAX_PAGE = 1000
@@ -41,13 +38,6 @@ class EventsPage(msgspec.Struct, kw_only=True):
     events: list[RunEvent]
     next_after: int
     final: bool
-
-
-async def _visible_run(services: ApiServices, identity: Identity, run_id: str) -> Run:
-    run = await services.queue.get(run_id) if is_plausible_id(run_id) else None
-    if run is None or not identity.can_see(run):
-        raise NotFound("no such run")
-    return run
 
 
 def event_seq(text: str, name: str) -> int:
@@ -81,9 +71,8 @@ def _frame(event: RunEvent) -> ServerSentEventMessage:
 async def _stream(
     services: ApiServices, run_id: str, after: int, content: bool
 ) -> AsyncIterator[ServerSentEventMessage]:
-    store = services.queue.store
-    async for event in follow_events(
-        store, run_id, after=after, keepalive_seconds=KEEPALIVE_SECONDS
+    async for event in services.queue.follow(
+        run_id, after=after, keepalive_seconds=KEEPALIVE_SECONDS
     ):
         if event is None:
             yield ServerSentEventMessage(comment="keep-alive", data=None, sep="\n")
@@ -118,11 +107,11 @@ async def run_events(
     last_event_id: Annotated[str | None, Parameter(header="Last-Event-ID", required=False)] = None,
     accept: Annotated[str | None, Parameter(header="Accept", required=False)] = None,
 ) -> Response[EventsPage] | ServerSentEvent:
-    run = await _visible_run(services, identity, run_id)
+    run = await visible_run(services, identity, run_id)
     start = _resume_point(after, last_event_id)
     content = identity.can_read_content(run)
     if _wants_json(accept, stream):
-        stored = await services.queue.store.list_events(run.id, after=start, limit=limit)
+        stored = await services.ops.list_events(run.id, after=start, limit=limit)
         events = [for_viewer(e, content) for e in stored]
         return Response(
             EventsPage(

@@ -16,7 +16,7 @@ from msgspec import Meta, Struct
 from runq.api.guards import CurrentIdentity, Services, authenticate, require_admin, require_worker
 from runq.api.problems import error_responses
 from runq.errors import BadRequest, NotFound
-from runq.flow import MAX_PAUSE_REASON_CHARS, pause_target_problem
+from runq.limits import MAX_PAUSE_REASON_CHARS, pause_target_problem
 from runq.model import Pause
 
 _GUARDED = (401, 403, 503)
@@ -49,7 +49,7 @@ def _target(data: PauseRequest) -> tuple[str, str]:
 
 @get("/", summary="Active pauses", responses=error_responses(*_GUARDED))
 async def list_pauses(services: Services) -> PauseList:
-    return PauseList(data=await services.queue.store.list_pauses())
+    return PauseList(data=await services.ops.list_pauses())
 
 
 @post(
@@ -65,7 +65,7 @@ async def add_pause(
     data: PauseRequest, services: Services, identity: CurrentIdentity
 ) -> Response[Pause]:
     kind, target = _target(data)
-    pause, created = await services.queue.store.add_pause(
+    pause, created = await services.ops.add_pause(
         kind, target, reason=data.reason, created_by=identity.user_id
     )
     return Response(pause, status_code=201 if created else 200)
@@ -82,7 +82,7 @@ async def remove_pause(
     services: Services,
 ) -> Pause:
     # An id longer than any pause id names no pause (never sent to the database).
-    pause = None if len(pause_id) > 64 else await services.queue.store.remove_pause(pause_id)
+    pause = None if len(pause_id) > 64 else await services.ops.remove_pause(pause_id)
     if pause is None:
         raise NotFound("no such pause")
     services.wake()  # the paused runs may be claimed at once

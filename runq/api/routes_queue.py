@@ -25,7 +25,8 @@ from runq.api.problems import error_responses
 from runq.api.schemas import MAX_PAGE, JobsPage, SortOrder, is_plausible_id
 from runq.errors import BadRequest, NotFound
 from runq.listing import DEFAULT_SORT_BY, SORTABLE_FIELDS
-from runq.model import JobView, Stats
+from runq.model import Stats
+from runq.ops.views import OPERATOR_VIEW, RunView
 
 _GUARDED = (401, 403, 503)
 
@@ -39,7 +40,7 @@ JobId = Annotated[str, Parameter(description="The job id (equal to the run's run
     responses=error_responses(*_GUARDED),
 )
 async def queue_stats(services: Services) -> Stats:
-    return await services.queue.stats()
+    return await services.ops.stats()
 
 
 @get(
@@ -91,7 +92,7 @@ async def list_jobs(
         user_id=user_id,
         deployment_id=deployment_id,
     )
-    result = await services.queue.list_jobs(
+    result = await services.ops.list_jobs(
         where=where, page=page, limit=limit, sort_by=sort_by, sort_order=sort_order, after=after
     )
     return JobsPage.from_page(result)
@@ -106,16 +107,13 @@ async def list_jobs(
     ),
     responses=error_responses(400, 404, *_GUARDED),
 )
-async def get_job(job_id: JobId, services: Services) -> JobView:
-    run = await services.queue.get(job_id) if is_plausible_id(job_id) else None
+async def get_job(job_id: JobId, services: Services) -> RunView:
+    run = await services.ops.get(job_id) if is_plausible_id(job_id) else None
     if run is None:
         raise NotFound("no such job")
-    view = JobView.from_run(run)
-    view.waiting = await services.queue.why_waiting(run)
     # The whole error text: this router is admin-only (the guards below), and GET /runs
     # never reads the column.
-    view.error_detail = await services.queue.error_detail(run.id)
-    return view
+    return await services.ops.job(run)
 
 
 @post(
@@ -138,13 +136,13 @@ async def requeue_job(
     force: Annotated[
         bool, Parameter(description="Requeue a job that failed within lock_grace_seconds.")
     ] = False,
-) -> JobView:
+) -> RunView:
     if not is_plausible_id(job_id):
         raise NotFound("no such job")
     run = await services.queue.requeue(job_id, clear_cancellation=clear_cancellation, force=force)
     # The replica that served the request claims the job at once if it has capacity.
     services.wake()
-    return JobView.from_run(run)
+    return RunView.of(run, OPERATOR_VIEW)
 
 
 def queue_router(*, secured: bool) -> Router:

@@ -10,6 +10,7 @@ carry no payload or answer unless the run is the approver's own.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated
 
 from litestar import Response, Router, get, post
@@ -18,7 +19,7 @@ from litestar.params import Parameter
 
 from runq.api import ApiServices
 from runq.api.auth import Forbidden, Identity
-from runq.api.guards import CurrentIdentity, Services, authenticate
+from runq.api.guards import CurrentIdentity, Services, authenticate, visible_run
 from runq.api.listing import decoded_cursor, run_filter
 from runq.api.listing_params import (
     ComponentFilter,
@@ -37,11 +38,11 @@ from runq.api.schemas import (
     RunsPage,
     RunSubmission,
     SubmitAccepted,
-    is_plausible_id,
 )
 from runq.errors import BadRequest, NotFound, UnknownComponent
+from runq.follow import MAX_WAIT_SECONDS
 from runq.model import NewRun, Run, SubmitResult
-from runq.transports.follow import MAX_WAIT_SECONDS, wait_for_outcome
+from runq.ops.views import OWNER_CONTENT_VIEW, OWNER_VIEW, RunView
 
 RunId = Annotated[str, Parameter(description="The run id (equal to its job id).")]
 IdempotencyKey = Annotated[
@@ -194,15 +195,9 @@ def submit_response(
     return Response(body, status_code=202, headers=headers)
 
 
-async def _visible_run(services: ApiServices, identity: Identity, run_id: str) -> Run:
-    run = await services.queue.get(run_id) if is_plausible_id(run_id) else None
-    if run is None or not identity.can_see(run):
-        raise NotFound("no such run")
-    return run
-
-
-def _out(identity: Identity, run: Run) -> RunOut:
-    return RunOut.from_run(run, with_content=identity.can_read_content(run))
+def _out(identity: Identity, run: Run) -> RunView:
+    content = identity.can_read_content(run)
+    return RunView.of(run, OWNER_CONTENT_VIEW if content else OWNER_VIEW)
 
 
 @get(
@@ -240,7 +235,7 @@ async def list_runs(
     after = decoded_cursor(cursor)
     if not sees_all and (identity.user_id is None or identity.service_account):
         return RunsPage(data=[], next_cursor=None)  # owns no runs (see Identity.owns)
-    found = await services.queue.store.list_runs(where, after=after, limit=limit)
+    found = await services.ops.list_runs(where, after=after, limit=limit)
     return RunsPage(data=[_out(identity, run) for run in found.data], next_cursor=found.next_cursor)
 
 
@@ -260,11 +255,12 @@ async def read_run(
     identity: CurrentIdentity,
     wait: Annotated[float | None, Parameter(ge=0, le=MAX_WAIT_SECONDS, required=False)] = None,
 ) -> RunOut:
-    run = await _visible_run(services, identity, run_id)
+    run = await visible_run(services, identity, run_id)
     if wait:
-        run = await wait_for_outcome(services.queue.store, run.id, wait) or run
+        with contextlib.suppress(NotFound):  # gone meanwhile: answer with what was read
+            run = await services.queue.wait(run.id, wait)
     out = _out(identity, run)
-    out.waiting = await services.queue.why_waiting(run)
+    out.waiting = await services.ops.why_waiting(run)
     return out
 
 
@@ -279,7 +275,7 @@ async def read_run(
     responses=error_responses(400, 401, 403, 404, 409, 503),
 )
 async def cancel_run(run_id: RunId, services: Services, identity: CurrentIdentity) -> RunOut:
-    run = await _visible_run(services, identity, run_id)
+    run = await visible_run(services, identity, run_id)
     if not identity.can_cancel(run):
         raise Forbidden("only the run's own user or an admin may cancel it")
     return _out(identity, await services.queue.cancel(run.id))
@@ -302,7 +298,7 @@ async def continue_run(
     identity: CurrentIdentity,
     data: ContinueRequest | None = None,
 ) -> RunOut:
-    run = await _visible_run(services, identity, run_id)
+    run = await visible_run(services, identity, run_id)
     if not identity.can_continue(run):
         raise Forbidden("only the run's own user, an approver or an admin may continue it")
     decision = data.decision if data is not None else None

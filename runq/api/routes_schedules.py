@@ -14,7 +14,7 @@ from litestar.params import Parameter
 
 from runq.api.guards import Services, authenticate, require_admin
 from runq.api.problems import error_responses
-from runq.maintenance.scheduler import ScheduleView, schedule_views, set_schedule_paused
+from runq.ops.schedules import ScheduleView
 
 ScheduleName = Annotated[str, Parameter(description="The schedule's name in [[schedules]].")]
 
@@ -30,7 +30,7 @@ ScheduleName = Annotated[str, Parameter(description="The schedule's name in [[sc
     responses=error_responses(400, 401, 403),
 )
 async def list_schedules(services: Services) -> list[ScheduleView]:
-    return await schedule_views(services.queue.store, services.config)
+    return await services.ops.schedules()
 
 
 @post(
@@ -41,7 +41,7 @@ async def list_schedules(services: Services) -> list[ScheduleView]:
     responses=error_responses(400, 401, 403, 404),
 )
 async def pause_schedule(name: ScheduleName, services: Services) -> ScheduleView:
-    return await set_schedule_paused(services.queue.store, services.config, name, paused=True)
+    return await services.ops.set_schedule_paused(name, paused=True)
 
 
 @post(
@@ -52,7 +52,7 @@ async def pause_schedule(name: ScheduleName, services: Services) -> ScheduleView
     responses=error_responses(400, 401, 403, 404),
 )
 async def resume_schedule(name: ScheduleName, services: Services) -> ScheduleView:
-    return await set_schedule_paused(services.queue.store, services.config, name, paused=False)
+    return await services.ops.set_schedule_paused(name, paused=False)
 
 
 def schedules_router(*, secured: bool) -> Router:

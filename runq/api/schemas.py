@@ -11,11 +11,11 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from runq.listing import Page
-from runq.model import JobView, Run, Status, TerminationReason, WaitReason
+from runq.model import Status, TerminationReason
+from runq.ops.views import OPERATOR_VIEW, PauseOut, RunView
 
 #: Longest ``Idempotency-Key`` accepted; a longer one is answered 422 (issue #1).
 MAX_IDEMPOTENCY_KEY_CHARS = 512
@@ -125,83 +125,16 @@ class BatchAccepted(Struct, kw_only=True):
     items: list[SubmitAccepted]
 
 
-class PauseOut(Struct, kw_only=True):
-    """A paused run's question to its approver. ``summary`` is the handler's short text
-    (``ctx.pause(summary=...)``), stored in clear and shown to approvers."""
-
-    reason: str | None
-    summary: str | None
-
-
-class RunOut(Struct, kw_only=True):
-    """``GET /runs/{id}``: the job fields as the viewer may see them, plus the answer.
-
-    ``payload`` and ``answer`` are absent (not null) for a viewer who may see the run but not
-    its content (an approver of someone else's run).
-    """
-
-    id: str
-    component_type: str
-    component_id: str
-    session_id: str | None
-    user_id: str | None
-    status: Status
-    attempt: int
-    max_attempts: int
-    error: str | None
-    locked_by: str | None
-    locked_at: float | None
-    idempotency_key: str | None
-    created_at: float
-    updated_at: float
-    completed_at: float | None
-    deployment_id: str | None
-    available_at: float
-    priority: int
-    termination_reason: TerminationReason | None
-    pause_reason: str | None
-    cancel_requested: bool
-    payload: Any | UnsetType = UNSET
-    answer: Any | UnsetType = UNSET
-    waiting: WaitReason | None = None
-    concurrency_key: str | None = None
-    timeout_seconds: float | None = None
-    #: When the first attempt started (None while it never ran).
-    started_at: float | None = None
-    #: Usage the handler recorded (``ctx.record_usage``), over every attempt.
-    tokens: int = 0
-    cost: float = 0.0
-    #: Only on a paused run: why, and what the approver is asked to decide.
-    pause: PauseOut | None = None
-
-    @classmethod
-    def from_run(cls, run: Run, *, with_content: bool) -> RunOut:
-        view = JobView.from_run(run)
-        fields = msgspec.structs.asdict(view)
-        fields.pop("payload")
-        # The sealed full error text is for admins on /queue only: GET /runs never has it.
-        fields.pop("error_detail")
-        out = cls(
-            **fields,
-            cancel_requested=run.cancel_requested,
-            timeout_seconds=run.timeout_seconds,
-            started_at=run.started_at,
-            tokens=run.tokens,
-            cost=run.cost,
-        )
-        if run.status == Status.PAUSED:
-            out.pause = PauseOut(reason=run.pause_reason, summary=run.pause_summary)
-        if with_content:
-            out.payload = run.payload
-            out.answer = run.answer
-        return out
+#: ``GET /runs/{id}`` and the other ``/runs`` answers: the owner's view of a run
+#: (``runq.ops.views``; the name the HTTP client has always decoded into).
+RunOut = RunView
 
 
 class RunsPage(Struct, kw_only=True):
     """``GET /runs``: runs the caller may see, newest first. ``next_cursor`` continues the
     listing (pass it as ``cursor``); null on the last page."""
 
-    data: list[RunOut]
+    data: list[RunView]
     next_cursor: str | None
 
 
@@ -213,9 +146,9 @@ class PageMeta(Struct, kw_only=True):
 
 
 class JobsPage(Struct, kw_only=True):
-    """``GET /queue/jobs``: one page of jobs with every field, and where it sits."""
+    """``GET /queue/jobs``: one page of jobs as operators see them, and where it sits."""
 
-    data: list[JobView]
+    data: list[RunView]
     meta: PageMeta
     #: Sorted by ``created_at`` and more jobs follow: pass it as ``cursor`` for the next page.
     next_cursor: str | None = None
@@ -228,7 +161,7 @@ class JobsPage(Struct, kw_only=True):
             total_count=page.total_count,
             total_pages=page.total_pages,
         )
-        data = [JobView.from_run(run) for run in page.data]
+        data = [RunView.of(run, OPERATOR_VIEW) for run in page.data]
         return cls(data=data, meta=meta, next_cursor=page.next_cursor)
 
 
@@ -261,6 +194,7 @@ __all__ = [
     "RunOptions",
     "RunOut",
     "RunSubmission",
+    "RunView",
     "RunsPage",
     "SortOrder",
     "Status",

@@ -15,7 +15,7 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import msgspec
@@ -25,6 +25,9 @@ from runq.cli.options import CliContext, run_async
 from runq.cli.render import echo_json
 from runq.errors import RunqError
 from runq.model import Actor, NewRun
+
+if TYPE_CHECKING:
+    from runq.queue import Queue
 
 #: Runs per ``defer_many`` call: one transaction each, and progress moves per batch.
 FILE_BATCH_RUNS = 1000
@@ -119,7 +122,7 @@ async def _defer_file(
     return summary
 
 
-def _new_run(q: Any, line: str, actor: Actor) -> NewRun:
+def _new_run(q: Queue, line: str, actor: Actor) -> NewRun:
     parsed = msgspec.convert(_object(json.loads(line)), FileLine)
     unknown = sorted(set(parsed.options) - LINE_OPTIONS)
     if unknown:

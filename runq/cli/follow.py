@@ -51,7 +51,7 @@ def jobs_events(cli_ctx: CliContext, run_id: str, follow: bool, after: int, as_j
         click.echo(_json.encode(event).decode() if as_json else _line(event))
 
     async def go() -> bool:
-        async with cli_ctx.queue() as q:
+        async with cli_ctx.both() as (q, ops):
             if await q.get(run_id) is None:
                 return False
             if follow:
@@ -59,7 +59,7 @@ def jobs_events(cli_ctx: CliContext, run_id: str, follow: bool, after: int, as_j
                     show(event)
                 return True
             start = after
-            while batch := await q.store.list_events(run_id, after=start, limit=1000):
+            while batch := await ops.list_events(run_id, after=start, limit=1000):
                 for event in batch:
                     show(event)
                 start = batch[-1].seq

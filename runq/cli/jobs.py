@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from runq.api.listing import decoded_cursor, run_filter
-from runq.cli.ids import resolve_run_id
 from runq.cli.options import CliContext, common_options, read_json_arg, run_async
 from runq.cli.render import echo_json, job_row, new_console, print_report, print_run
 from runq.errors import BadRequest
 from runq.listing import Page, RunCursor, RunFilter
-from runq.model import JobView, Run, Status, WaitReason
+from runq.model import Run, Status, WaitReason
+from runq.ops.views import OPERATOR_VIEW, RunView
 
 if TYPE_CHECKING:
     from runq.queue import Queue
@@ -55,8 +55,8 @@ def jobs_list(cli_ctx: CliContext, **opts: Any) -> None:
     where, after = _listing_args(opts)
 
     async def go() -> Page:
-        async with cli_ctx.queue() as q:
-            return await q.list_jobs(
+        async with cli_ctx.operations() as ops:
+            return await ops.list_jobs(
                 where=where,
                 page=opts["page"],
                 limit=opts["limit"],
@@ -67,7 +67,7 @@ def jobs_list(cli_ctx: CliContext, **opts: Any) -> None:
 
     page = run_async(go)
     if opts["as_json"]:
-        data = [JobView.from_run(r) for r in page.data]
+        data = [RunView.of(r, OPERATOR_VIEW) for r in page.data]
         meta = {
             "page": page.page,
             "limit": page.limit,
@@ -124,8 +124,8 @@ async def _one(
     cli_ctx: CliContext, run_id: str, verb: Callable[[Queue, str], Awaitable[Run | None]]
 ) -> Run | None:
     """``verb`` on the run ``run_id`` names: a whole id or a unique prefix of one."""
-    async with cli_ctx.queue() as q:
-        return await verb(q, await resolve_run_id(q.store, run_id))
+    async with cli_ctx.both() as (q, ops):
+        return await verb(q, await ops.resolve_run_id(run_id))
 
 
 @jobs.command("show")
@@ -137,11 +137,11 @@ def jobs_show(cli_ctx: CliContext, run_id: str, as_json: bool) -> None:
     error message (error_detail, opened from its sealed column: the CLI is the operator)."""
 
     async def go() -> tuple[Run | None, WaitReason | None, str | None]:
-        async with cli_ctx.queue() as q:
-            run = await q.get(await resolve_run_id(q.store, run_id))
+        async with cli_ctx.operations() as ops:
+            run = await ops.get(await ops.resolve_run_id(run_id))
             if run is None:
                 return None, None, None
-            return run, await q.why_waiting(run), await q.error_detail(run.id)
+            return run, await ops.why_waiting(run), await ops.error_detail(run.id)
 
     run, waiting, detail = run_async(go)
     if run is None:

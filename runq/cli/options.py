@@ -8,8 +8,8 @@ import json
 import logging
 import sys
 import traceback
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -25,7 +25,9 @@ from runq.model import Actor
 from runq.store import sqlite_path
 
 if TYPE_CHECKING:
+    from runq.ops.operations import Operations
     from runq.queue import Queue
+    from runq.store.base import Store
 
 T = TypeVar("T")
 
@@ -62,6 +64,41 @@ class CliContext:
             refuse_missing_database(self.config)
         registry = None if components else ComponentRegistry({})
         return Queue.open(config=self.config, migrate=migrate, components=registry)
+
+    @asynccontextmanager
+    async def store(self, *, migrate: bool = False, create: bool = False) -> AsyncIterator[Store]:
+        """The configured store, for the commands that host a service on it (work, reap,
+        purge) and for the operator's side; refuses a missing SQLite database unless
+        ``create``, as ``queue`` does."""
+        from runq.store import open_store
+
+        if not create:
+            refuse_missing_database(self.config)
+        async with open_store(self.config) as store:
+            if migrate:
+                await store.migrate()
+            yield store
+
+    @asynccontextmanager
+    async def operations(self) -> AsyncIterator[Operations]:
+        """The operator's side of the configured store (``runq.ops``): reads, pauses and
+        schedules."""
+        from runq.ops.operations import Operations
+
+        async with self.store() as store:
+            yield Operations(store, self.config)
+
+    @asynccontextmanager
+    async def both(self) -> AsyncIterator[tuple[Queue, Operations]]:
+        """The producer and the operator's side on one store (find a run, then act on it)."""
+        from runq.ops.operations import Operations
+        from runq.queue import Queue
+
+        async with (
+            self.store() as store,
+            Queue.on(store, self.config, ComponentRegistry({})) as queue,
+        ):
+            yield queue, Operations(store, self.config)
 
     @property
     def cli_actor(self) -> Actor:

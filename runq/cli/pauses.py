@@ -13,7 +13,7 @@ import click
 
 from runq.cli.options import CliContext, common_options, run_async
 from runq.cli.render import echo_json, format_time, new_console
-from runq.flow import MAX_PAUSE_REASON_CHARS, pause_target_problem
+from runq.limits import MAX_PAUSE_REASON_CHARS, pause_target_problem
 from runq.model import Pause
 
 EXIT_NOT_FOUND = 1
@@ -59,9 +59,9 @@ def pause_cmd(
         raise click.BadParameter(problem)
 
     async def go() -> tuple[Pause, bool]:
-        async with cli_ctx.queue() as q:
+        async with cli_ctx.operations() as ops:
             by = cli_ctx.config.cli.service_account
-            return await q.store.add_pause(kind, target, reason=reason, created_by=by)
+            return await ops.add_pause(kind, target, reason=reason, created_by=by)
 
     pause, created = run_async(go)
     if as_json:
@@ -80,8 +80,8 @@ def resume_cmd(cli_ctx: CliContext, target: str, deployment: bool, as_json: bool
     """Resume a paused component pattern or deployment (TARGET as paused, or a pause id)."""
 
     async def go() -> Pause | None:
-        async with cli_ctx.queue() as q:
-            return await q.store.remove_pause(target, kind=_kind(deployment), target=target)
+        async with cli_ctx.operations() as ops:
+            return await ops.remove_pause(target, kind=_kind(deployment), target=target)
 
     pause = run_async(go)
     if pause is None:
@@ -100,8 +100,8 @@ def pauses_cmd(cli_ctx: CliContext, as_json: bool) -> None:
     """List active pauses."""
 
     async def go() -> list[Pause]:
-        async with cli_ctx.queue() as q:
-            return await q.store.list_pauses()
+        async with cli_ctx.operations() as ops:
+            return await ops.list_pauses()
 
     pauses = run_async(go)
     if as_json:

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 import click
 import msgspec
 
-from runq.model import JobView, Run, Status, WaitReason
+from runq.model import Run, Status, WaitReason
+from runq.ops.views import OPERATOR_VIEW, RunView
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -94,7 +95,9 @@ def print_run(
     table = Table(show_header=False)
     table.add_column("field")
     table.add_column("value")
-    view = _with_pause_summary(msgspec.to_builtins(JobView.from_run(run)), run.pause_summary)
+    view = _with_pause_summary(
+        msgspec.to_builtins(RunView.of(run, OPERATOR_VIEW)), run.pause_summary
+    )
     view["answer"] = run.answer
     view["waiting"] = waiting.message if waiting is not None else None
     view["error_detail"] = error_detail
@@ -109,7 +112,7 @@ def print_run(
 
 def print_report(run: Run, as_json: bool) -> None:
     if as_json:
-        echo_json(JobView.from_run(run))
+        echo_json(RunView.of(run, OPERATOR_VIEW))
         return
     extra = " (cancel requested)" if run.cancel_requested and run.status is Status.RUNNING else ""
     click.echo(printable(f"{run.id} {run.status.value}{extra}"))

@@ -6,7 +6,7 @@ import click
 
 from runq.cli.options import CliContext, common_options, run_async
 from runq.cli.render import echo_json, format_time, new_console
-from runq.maintenance.scheduler import ScheduleView, schedule_views, set_schedule_paused
+from runq.ops.schedules import ScheduleView
 
 
 @click.group("schedules")
@@ -21,8 +21,8 @@ def schedules_list(cli_ctx: CliContext, as_json: bool) -> None:
     """Each schedule with its next and last fire, the run it made and whether it is paused."""
 
     async def go() -> list[ScheduleView]:
-        async with cli_ctx.queue() as q:
-            return await schedule_views(q.store, q.config)
+        async with cli_ctx.operations() as ops:
+            return await ops.schedules()
 
     views = run_async(go)
     if as_json:
@@ -51,8 +51,8 @@ def schedules_list(cli_ctx: CliContext, as_json: bool) -> None:
 
 def _set_paused(cli_ctx: CliContext, name: str, paused: bool, as_json: bool) -> None:
     async def go() -> ScheduleView:
-        async with cli_ctx.queue() as q:
-            return await set_schedule_paused(q.store, q.config, name, paused=paused)
+        async with cli_ctx.operations() as ops:
+            return await ops.set_schedule_paused(name, paused=paused)
 
     view = run_async(go)
     if as_json:

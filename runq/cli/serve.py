@@ -5,13 +5,23 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from typing import TYPE_CHECKING
 
+import anyio
 import click
 
 from runq.cli.options import EXIT_USAGE, CliContext, common_options, run_async
 from runq.cli.render import echo_json
+from runq.components import ComponentRegistry
 from runq.config import REAP_LIMIT, SWEEP_LIMIT, SWEEP_TIME_LIMIT_SECONDS, redact_url
+from runq.log import get_logger
 from runq.model import PurgeReport, ReapReport
+from runq.store.notifications import WAKE_MESSAGE
+
+if TYPE_CHECKING:
+    from runq.store.base import Store
+
+log = get_logger(__name__)
 
 
 @click.command("serve")
@@ -80,16 +90,21 @@ def work_cmd(
     config = cli_ctx.config
 
     async def go() -> SweepReport:
-        async with cli_ctx.queue(migrate=True, components=True, create=create) as q:
-            runtime = WorkerRuntime(store=q.store, config=config, components=q.components)
-            return await sweep(
-                q.store,
-                runtime,
-                limit=limit,
-                time_limit=time_limit,
-                deployment_id=config.queue.deployment,
-                serialize_sessions=config.queue.serialize_sessions,
-            )
+        components = ComponentRegistry.from_config(config.components)
+        try:
+            async with cli_ctx.store(migrate=True, create=create) as store:
+                runtime = WorkerRuntime(store=store, config=config, components=components)
+                return await sweep(
+                    store,
+                    runtime,
+                    limit=limit,
+                    time_limit=time_limit,
+                    deployment_id=config.queue.deployment,
+                    serialize_sessions=config.queue.serialize_sessions,
+                )
+        finally:
+            with anyio.CancelScope(shield=True):
+                await components.aclose()
 
     report = run_async(go)
     if as_json:
@@ -118,14 +133,11 @@ def reap_cmd(cli_ctx: CliContext, limit: int, as_json: bool) -> None:
     config = cli_ctx.config
 
     async def go() -> ReapReport:
-        async with cli_ctx.queue() as q:
-            notifier = q.notifier
-            reaper = Reaper(
-                q.store,
-                ReaperConfig.from_config(config, limit=limit),
-                on_requeued=notifier.request_wake if notifier is not None else None,
-            )
-            return await reaper.run_once()
+        async with cli_ctx.store() as store:
+            report = await Reaper(store, ReaperConfig.from_config(config, limit=limit)).run_once()
+            if report.requeued:
+                await wake_the_fleet(store)
+            return report
 
     report = run_async(go)
     if as_json:
@@ -146,12 +158,20 @@ def purge_cmd(cli_ctx: CliContext, as_json: bool) -> None:
     config = cli_ctx.config
 
     async def go() -> PurgeReport:
-        async with cli_ctx.queue() as q:
-            retention = Retention(q.store, RetentionConfig.from_config(config))
-            return await retention.run_once()
+        async with cli_ctx.store() as store:
+            return await Retention(store, RetentionConfig.from_config(config)).run_once()
 
     report = run_async(go)
     if as_json:
         echo_json(report)
     else:
         click.echo(f"deleted: {report.deleted}")
+
+
+async def wake_the_fleet(store: Store) -> None:
+    """After ``runq reap`` requeued runs: one wake-up on the store's channel, so the
+    daemons claim them now rather than at their next poll (a failure is only logged)."""
+    try:
+        await store.notifications().send(WAKE_MESSAGE)
+    except Exception as e:
+        log.warning("notify.failed", error=str(e) or type(e).__name__)

@@ -20,7 +20,7 @@ from runq.cli.options import (
 from runq.cli.pauses import print_pauses
 from runq.cli.render import cell, echo_json, new_console, printable
 from runq.errors import ConfigError
-from runq.model import Pause, QueueHealth, SettingDivergence, Status, fleet_divergences
+from runq.model import Pause, QueueHealth, SettingDivergence, Status
 
 
 def _problems(
@@ -129,12 +129,11 @@ def status_cmd(
     live_within = worker_max_age or cli_ctx.config.queue.live_worker_seconds
 
     async def go() -> tuple[QueueHealth, list[Pause], list[SettingDivergence]]:
-        async with cli_ctx.queue() as q:
-            result: QueueHealth = await q.store.health(
+        async with cli_ctx.operations() as ops:
+            result = await ops.health(
                 lock_grace_seconds=lock_grace, worker_max_age_seconds=live_within
             )
-            live = await q.store.list_workers(max_age_seconds=live_within)
-            return result, await q.store.list_pauses(), fleet_divergences(live)
+            return result, await ops.list_pauses(), await ops.divergences(live_within)
 
     try:
         health, pauses, divergences = run_async(go)

@@ -14,7 +14,6 @@ an application that only submits runs needs no database driver at run time.
 from __future__ import annotations
 
 from runq.api.schemas import BatchAccepted, RunOut, SubmitAccepted
-from runq.client._core import RunsPage
 from runq.client.async_client import AsyncClient
 from runq.client.errors import (
     AuthError,
@@ -26,6 +25,7 @@ from runq.client.errors import (
     UnavailableError,
 )
 from runq.client.sync_client import Client
+from runq.client.wire import RunsPage
 from runq.model import RunEvent, Status
 
 __all__ = [

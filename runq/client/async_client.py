@@ -11,7 +11,7 @@ import httpx
 from httpx_sse import aconnect_sse
 
 from runq.api.schemas import BatchAccepted, RunOut, SubmitAccepted
-from runq.client import _core as core
+from runq.client import wire
 from runq.client.errors import ClientError
 from runq.model import RunEvent
 
@@ -37,7 +37,7 @@ class AsyncClient:
         self.max_reconnects = max_reconnects
         self._http = httpx.AsyncClient(
             base_url=base_url,
-            headers=core.auth_headers(api_key, token),
+            headers=wire.auth_headers(api_key, token),
             timeout=timeout,
             transport=transport,
         )
@@ -70,37 +70,37 @@ class AsyncClient:
         """``POST /runs``; ``options`` are its body fields (``session_id``, ``priority``,
         ``delay_seconds``, ``timeout_seconds``, ``unique_key``, ``background``, ...)."""
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
-        body = core.submission(component_type, component_id, payload, options)
+        body = wire.submission(component_type, component_id, payload, options)
         response = await self._http.post("/runs", json=body, headers=headers)
-        return core.decoded(response, SubmitAccepted)
+        return wire.decoded(response, SubmitAccepted)
 
     async def submit_many(self, items: Iterable[Mapping[str, Any]]) -> list[SubmitAccepted]:
         """``POST /runs/batch`` in chunks of 1,000; one answer per item, in order. Each chunk
         is all or nothing; a refused chunk raises and later chunks are not sent."""
         accepted: list[SubmitAccepted] = []
-        for chunk in core.batch_bodies(items):
+        for chunk in wire.batch_bodies(items):
             response = await self._http.post("/runs/batch", json={"items": chunk})
-            accepted += core.decoded(response, BatchAccepted).items
+            accepted += wire.decoded(response, BatchAccepted).items
         return accepted
 
     # -- reading ---------------------------------------------------------------------------
 
     async def get(self, run_id: str) -> RunOut:
-        return core.decoded(await self._http.get(f"/runs/{run_id}"), RunOut)
+        return wire.decoded(await self._http.get(f"/runs/{run_id}"), RunOut)
 
     async def wait(self, run_id: str, timeout: float | None = None) -> RunOut:  # noqa: ASYNC109
         """The run once it is final or paused, or as it is when ``timeout`` seconds passed
         (None: no limit). Long-polls ``GET /runs/{id}?wait=`` in rounds of at most 60 s."""
-        clock = core.WaitClock(timeout)
+        clock = wire.WaitClock(timeout)
         while True:
             wait = clock.next_wait()
             response = await self._http.get(
                 f"/runs/{run_id}",
                 params={"wait": f"{wait:.3f}"} if wait > 0 else None,
-                timeout=core.read_timeout(self.timeout, wait),
+                timeout=wire.read_timeout(self.timeout, wait),
             )
-            run = core.decoded(response, RunOut)
-            if run.status in core.SETTLED or clock.expired():
+            run = wire.decoded(response, RunOut)
+            if run.status in wire.SETTLED or clock.expired():
                 return run
 
     async def list(
@@ -113,9 +113,9 @@ class AsyncClient:
         created_before: float | None = None,
         limit: int | None = None,
         cursor: str | None = None,
-    ) -> core.RunsPage:
+    ) -> wire.RunsPage:
         """One page of ``GET /runs``; pass ``next_cursor`` back as ``cursor`` for the next."""
-        params = core.list_params(
+        params = wire.list_params(
             {
                 "status": status,
                 "component": component,
@@ -126,7 +126,7 @@ class AsyncClient:
                 "cursor": cursor,
             }
         )
-        return core.decoded(await self._http.get("/runs", params=params), core.RunsPage)
+        return wire.decoded(await self._http.get("/runs", params=params), wire.RunsPage)
 
     async def events(self, run_id: str, after: int = 0) -> AsyncIterator[RunEvent]:
         """``async for event in client.events(run_id)``: the run's events after ``after``,
@@ -138,33 +138,33 @@ class AsyncClient:
                 async for event in self._stream(run_id, last):
                     last, failures = event.seq, 0
                     yield event
-                    if core.is_final(event):
+                    if wire.is_final(event):
                         return
-            except core.RECONNECTABLE:
+            except wire.RECONNECTABLE:
                 pass
             failures += 1  # dropped, or ended without the final event (a restart)
             if failures > self.max_reconnects:
                 raise ClientError(0, "stream_lost", f"event stream of {run_id} kept dropping")
-            await anyio.sleep(core.reconnect_delay(failures))
+            await anyio.sleep(wire.reconnect_delay(failures))
 
     async def _stream(self, run_id: str, after: int) -> AsyncIterator[RunEvent]:
         headers = {"Last-Event-ID": str(after), "Accept": "text/event-stream"}
-        timeout = httpx.Timeout(self.timeout, read=core.STREAM_READ_TIMEOUT)
+        timeout = httpx.Timeout(self.timeout, read=wire.STREAM_READ_TIMEOUT)
         async with aconnect_sse(
             self._http, "GET", f"/runs/{run_id}/events", headers=headers, timeout=timeout
         ) as source:
             if not source.response.is_success:
                 await source.response.aread()
-                core.check(source.response)
+                wire.check(source.response)
             async for sse in source.aiter_sse():
                 if sse.data:
-                    yield core.event_of(sse.data)
+                    yield wire.event_of(sse.data)
 
     # -- operator verbs --------------------------------------------------------------------
 
     async def cancel(self, run_id: str) -> RunOut:
-        return core.decoded(await self._http.post(f"/runs/{run_id}/cancel"), RunOut)
+        return wire.decoded(await self._http.post(f"/runs/{run_id}/cancel"), RunOut)
 
     async def continue_(self, run_id: str, decision: Any = None) -> RunOut:
         response = await self._http.post(f"/runs/{run_id}/continue", json={"decision": decision})
-        return core.decoded(response, RunOut)
+        return wire.decoded(response, RunOut)

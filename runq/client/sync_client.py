@@ -12,7 +12,7 @@ import httpx
 from httpx_sse import connect_sse
 
 from runq.api.schemas import BatchAccepted, RunOut, SubmitAccepted
-from runq.client import _core as core
+from runq.client import wire
 from runq.client.errors import ClientError
 from runq.model import RunEvent
 
@@ -38,7 +38,7 @@ class Client:
         self.max_reconnects = max_reconnects
         self._http = httpx.Client(
             base_url=base_url,
-            headers=core.auth_headers(api_key, token),
+            headers=wire.auth_headers(api_key, token),
             timeout=timeout,
             transport=transport,
         )
@@ -71,37 +71,37 @@ class Client:
         """``POST /runs``; ``options`` are its body fields (``session_id``, ``priority``,
         ``delay_seconds``, ``timeout_seconds``, ``unique_key``, ``background``, ...)."""
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
-        body = core.submission(component_type, component_id, payload, options)
+        body = wire.submission(component_type, component_id, payload, options)
         response = self._http.post("/runs", json=body, headers=headers)
-        return core.decoded(response, SubmitAccepted)
+        return wire.decoded(response, SubmitAccepted)
 
     def submit_many(self, items: Iterable[Mapping[str, Any]]) -> list[SubmitAccepted]:
         """``POST /runs/batch`` in chunks of 1,000; one answer per item, in order. Each chunk
         is all or nothing; a refused chunk raises and later chunks are not sent."""
         accepted: list[SubmitAccepted] = []
-        for chunk in core.batch_bodies(items):
+        for chunk in wire.batch_bodies(items):
             response = self._http.post("/runs/batch", json={"items": chunk})
-            accepted += core.decoded(response, BatchAccepted).items
+            accepted += wire.decoded(response, BatchAccepted).items
         return accepted
 
     # -- reading ---------------------------------------------------------------------------
 
     def get(self, run_id: str) -> RunOut:
-        return core.decoded(self._http.get(f"/runs/{run_id}"), RunOut)
+        return wire.decoded(self._http.get(f"/runs/{run_id}"), RunOut)
 
     def wait(self, run_id: str, timeout: float | None = None) -> RunOut:
         """The run once it is final or paused, or as it is when ``timeout`` seconds passed
         (None: no limit). Long-polls ``GET /runs/{id}?wait=`` in rounds of at most 60 s."""
-        clock = core.WaitClock(timeout)
+        clock = wire.WaitClock(timeout)
         while True:
             wait = clock.next_wait()
             response = self._http.get(
                 f"/runs/{run_id}",
                 params={"wait": f"{wait:.3f}"} if wait > 0 else None,
-                timeout=core.read_timeout(self.timeout, wait),
+                timeout=wire.read_timeout(self.timeout, wait),
             )
-            run = core.decoded(response, RunOut)
-            if run.status in core.SETTLED or clock.expired():
+            run = wire.decoded(response, RunOut)
+            if run.status in wire.SETTLED or clock.expired():
                 return run
 
     def list(
@@ -114,9 +114,9 @@ class Client:
         created_before: float | None = None,
         limit: int | None = None,
         cursor: str | None = None,
-    ) -> core.RunsPage:
+    ) -> wire.RunsPage:
         """One page of ``GET /runs``; pass ``next_cursor`` back as ``cursor`` for the next."""
-        params = core.list_params(
+        params = wire.list_params(
             {
                 "status": status,
                 "component": component,
@@ -127,7 +127,7 @@ class Client:
                 "cursor": cursor,
             }
         )
-        return core.decoded(self._http.get("/runs", params=params), core.RunsPage)
+        return wire.decoded(self._http.get("/runs", params=params), wire.RunsPage)
 
     def events(self, run_id: str, after: int = 0) -> Iterator[RunEvent]:
         """``for event in client.events(run_id)``: the run's events after ``after``,
@@ -139,33 +139,33 @@ class Client:
                 for event in self._stream(run_id, last):
                     last, failures = event.seq, 0
                     yield event
-                    if core.is_final(event):
+                    if wire.is_final(event):
                         return
-            except core.RECONNECTABLE:
+            except wire.RECONNECTABLE:
                 pass
             failures += 1  # dropped, or ended without the final event (a restart)
             if failures > self.max_reconnects:
                 raise ClientError(0, "stream_lost", f"event stream of {run_id} kept dropping")
-            time.sleep(core.reconnect_delay(failures))
+            time.sleep(wire.reconnect_delay(failures))
 
     def _stream(self, run_id: str, after: int) -> Iterator[RunEvent]:
         headers = {"Last-Event-ID": str(after), "Accept": "text/event-stream"}
-        timeout = httpx.Timeout(self.timeout, read=core.STREAM_READ_TIMEOUT)
+        timeout = httpx.Timeout(self.timeout, read=wire.STREAM_READ_TIMEOUT)
         with connect_sse(
             self._http, "GET", f"/runs/{run_id}/events", headers=headers, timeout=timeout
         ) as source:
             if not source.response.is_success:
                 source.response.read()
-                core.check(source.response)
+                wire.check(source.response)
             for sse in source.iter_sse():
                 if sse.data:
-                    yield core.event_of(sse.data)
+                    yield wire.event_of(sse.data)
 
     # -- operator verbs --------------------------------------------------------------------
 
     def cancel(self, run_id: str) -> RunOut:
-        return core.decoded(self._http.post(f"/runs/{run_id}/cancel"), RunOut)
+        return wire.decoded(self._http.post(f"/runs/{run_id}/cancel"), RunOut)
 
     def continue_(self, run_id: str, decision: Any = None) -> RunOut:
         response = self._http.post(f"/runs/{run_id}/continue", json={"decision": decision})
-        return core.decoded(response, RunOut)
+        return wire.decoded(response, RunOut)

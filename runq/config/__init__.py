@@ -10,6 +10,14 @@ from __future__ import annotations
 
 from runq.config.budget import BUDGET_PERIODS, BUDGET_SCOPES, BudgetConfig, BudgetLimit
 from runq.config.components import COMPONENT_KINDS
+from runq.config.defaults import (
+    LIVE_WORKER_HEARTBEATS,
+    REAP_LIMIT,
+    SWEEP_LIMIT,
+    SWEEP_TIME_LIMIT_SECONDS,
+    WORKER_PRUNE_INTERVAL_SECONDS,
+    WORKER_ROW_MAX_AGE_SECONDS,
+)
 from runq.config.http import (
     AUTH_MODES,
     JWT_ALGORITHMS,
@@ -30,14 +38,6 @@ from runq.config.privacy import PRIVACY_LEVELS, PrivacyConfig
 from runq.config.queue import FLEET_SETTINGS, TRANSPORTS, QueueConfig, ReaperConfig
 from runq.config.root import CliConfig, Config, SealConfig
 from runq.config.schedules import SCHEDULE_CATCH_UPS, SCHEDULE_OVERLAPS, ScheduleConfig
-from runq.config.services import (
-    LIVE_WORKER_HEARTBEATS,
-    REAP_LIMIT,
-    SWEEP_LIMIT,
-    SWEEP_TIME_LIMIT_SECONDS,
-    WORKER_PRUNE_INTERVAL_SECONDS,
-    WORKER_ROW_MAX_AGE_SECONDS,
-)
 from runq.config.store import StoreConfig, redact_url, store_engine
 from runq.config.validation import validate
 

@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from runq.config.common import _require
+from runq.config.checks import require
 from runq.config.limits import is_component_pattern
 from runq.config.queue import TRANSPORTS
 from runq.config.root import Config
@@ -18,38 +18,38 @@ COMPONENT_KINDS = ("http", "openai-chat")
 _HANDLER_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
-def _validate_routing(config: Config) -> None:
+def validate_routing(config: Config) -> None:
     engine = store_engine(config.store.url)
     for pattern, transport in config.routing.items():
         key = f'routing."{pattern}"'
-        _require(
+        require(
             transport in TRANSPORTS, key, f"{transport!r} is not one of {', '.join(TRANSPORTS)}"
         )
-        _require(
+        require(
             is_component_pattern(pattern),
             key,
             "a pattern is '*', 'type/*' or 'type/id'",
         )
         if transport == "postgres":
-            _require(
+            require(
                 engine == "postgres", key, "the postgres transport needs a PostgreSQL store.url"
             )
 
 
-def _validate_components(components: Mapping[str, Any]) -> None:
+def validate_components(components: Mapping[str, Any]) -> None:
     for name, spec in components.items():
         key = f'components."{name}"'
         ctype, sep, cid = name.partition("/")
-        _require(
+        require(
             bool(sep and cid) and ctype in COMPONENT_TYPES,
             key,
             f"a component is 'type/id' with type one of {', '.join(sorted(COMPONENT_TYPES))}",
         )
         if isinstance(spec, str):
-            _require(bool(_HANDLER_RE.match(spec)), key, f"{spec!r} is not 'module:function'")
+            require(bool(_HANDLER_RE.match(spec)), key, f"{spec!r} is not 'module:function'")
         else:
             kind = spec.get("kind")
-            _require(
+            require(
                 kind in COMPONENT_KINDS,
                 f"{key}.kind",
                 f"{kind!r} is not one of {', '.join(COMPONENT_KINDS)}",

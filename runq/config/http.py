@@ -7,7 +7,7 @@ import re
 
 import msgspec
 
-from runq.config.common import _SECRET_REF_RE, _require
+from runq.config.checks import SECRET_REF_RE, require
 from runq.errors import ConfigError
 
 AUTH_MODES = ("open", "key", "jwt")
@@ -68,18 +68,18 @@ _ALLOWED_HOST_RE = re.compile(
 )
 
 
-def _validate_http(h: HttpConfig) -> None:
-    _require(h.auth in AUTH_MODES, "http.auth", f"{h.auth!r} is not one of {', '.join(AUTH_MODES)}")
-    _require(h.max_body_bytes >= 1024, "http.max_body_bytes", "must be at least 1024")
-    _require(h.request_timeout_seconds > 0, "http.request_timeout_seconds", "must be > 0")
+def validate_http(h: HttpConfig) -> None:
+    require(h.auth in AUTH_MODES, "http.auth", f"{h.auth!r} is not one of {', '.join(AUTH_MODES)}")
+    require(h.max_body_bytes >= 1024, "http.max_body_bytes", "must be at least 1024")
+    require(h.request_timeout_seconds > 0, "http.request_timeout_seconds", "must be > 0")
     for host in h.allowed_hosts:
-        _require(
+        require(
             _ALLOWED_HOST_RE.fullmatch(host) is not None,
             "http.allowed_hosts",
             f"{host[:100]!r} is not a host name or address (no scheme, path or spaces)",
         )
     low, high = h.user_priority_range
-    _require(
+    require(
         -1_000_000 <= low <= high <= 1_000_000,
         "http.user_priority_range",
         "must be [low, high] with low <= high, both within -1000000..1000000",
@@ -93,35 +93,35 @@ def _validate_http(h: HttpConfig) -> None:
                 "or set http.allow_open_on_public = true",
             )
     if h.auth == "key":
-        _require(
-            bool(_SECRET_REF_RE.match(h.key)),
+        require(
+            bool(SECRET_REF_RE.match(h.key)),
             "http.key",
             f"{h.key!r} must be 'env:NAME' or 'file:/path'",
         )
     if h.auth == "jwt":
         j = h.jwt
-        _require(bool(j.algorithms), "http.jwt.algorithms", "must name at least one algorithm")
+        require(bool(j.algorithms), "http.jwt.algorithms", "must name at least one algorithm")
         for alg in j.algorithms:
-            _require(
+            require(
                 alg in JWT_ALGORITHMS,
                 "http.jwt.algorithms",
                 f"{alg!r} is not one of {', '.join(JWT_ALGORITHMS)}",
             )
         symmetric = {a.startswith("HS") for a in j.algorithms}
-        _require(
+        require(
             len(symmetric) == 1, "http.jwt.algorithms", "do not mix HS* with RS*/ES* algorithms"
         )
         if symmetric == {True}:
-            _require(
-                bool(_SECRET_REF_RE.match(j.secret)),
+            require(
+                bool(SECRET_REF_RE.match(j.secret)),
                 "http.jwt.secret",
                 f"{j.secret!r} must be 'env:NAME' or 'file:/path'",
             )
         else:
-            _require(
-                bool(_SECRET_REF_RE.match(j.public_key)),
+            require(
+                bool(SECRET_REF_RE.match(j.public_key)),
                 "http.jwt.public_key",
                 "RS*/ES* algorithms need public_key = 'file:/path' (or 'env:NAME')",
             )
-        _require(j.leeway_seconds >= 0, "http.jwt.leeway_seconds", "must be >= 0")
-        _require(bool(j.scopes_claim), "http.jwt.scopes_claim", "must not be empty")
+        require(j.leeway_seconds >= 0, "http.jwt.leeway_seconds", "must be >= 0")
+        require(bool(j.scopes_claim), "http.jwt.scopes_claim", "must not be empty")

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from runq.config.common import _require
+from runq.config.checks import require
 from runq.errors import ConfigError
 
 
@@ -43,11 +43,11 @@ def is_component_pattern(pattern: str) -> bool:
     return pattern == "*" or bool(COMPONENT_PATTERN_RE.match(pattern))
 
 
-def _validate_limits(limits: Mapping[str, LimitConfig]) -> None:
+def validate_limits(limits: Mapping[str, LimitConfig]) -> None:
     for pattern, limit in limits.items():
         key = f'limits."{pattern}"'
-        _require(is_component_pattern(pattern), key, "a pattern is '*', 'type/*' or 'type/id'")
-        _require(
+        require(is_component_pattern(pattern), key, "a pattern is '*', 'type/*' or 'type/id'")
+        require(
             limit.max_running is not None
             or limit.max_running_per_key is not None
             or limit.rate is not None,
@@ -56,7 +56,7 @@ def _validate_limits(limits: Mapping[str, LimitConfig]) -> None:
         )
         for name in ("max_running", "max_running_per_key"):
             value = getattr(limit, name)
-            _require(
+            require(
                 value is None or 1 <= value <= 1_000_000,
                 f"{key}.{name}",
                 f"{value} must be between 1 and 1000000",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
-from runq.config.common import _require
-from runq.config.services import LIVE_WORKER_HEARTBEATS, REAP_LIMIT
+from runq.config.checks import require
+from runq.config.defaults import LIVE_WORKER_HEARTBEATS, REAP_LIMIT
 
 TRANSPORTS = ("sync", "local", "postgres")
 #: The ceiling of ``[queue] max_timeout_seconds`` (a year): past it a deadline is no deadline.
@@ -88,23 +88,23 @@ class ReaperConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     limit: int = REAP_LIMIT
 
 
-def _validate_queue(q: QueueConfig) -> None:
-    _require(q.max_attempts >= 1, "queue.max_attempts", f"{q.max_attempts} must be >= 1")
-    _require(q.retry_delay_seconds >= 0, "queue.retry_delay_seconds", "must be >= 0")
-    _require(q.timeout_seconds > 0, "queue.timeout_seconds", "must be > 0")
-    _require(q.pause_alert_age_seconds > 0, "queue.pause_alert_age_seconds", "must be > 0")
-    _require(
+def validate_queue(q: QueueConfig) -> None:
+    require(q.max_attempts >= 1, "queue.max_attempts", f"{q.max_attempts} must be >= 1")
+    require(q.retry_delay_seconds >= 0, "queue.retry_delay_seconds", "must be >= 0")
+    require(q.timeout_seconds > 0, "queue.timeout_seconds", "must be > 0")
+    require(q.pause_alert_age_seconds > 0, "queue.pause_alert_age_seconds", "must be > 0")
+    require(
         0 < q.max_timeout_seconds <= MAX_TIMEOUT_LIMIT,
         "queue.max_timeout_seconds",
         f"{q.max_timeout_seconds} must be > 0 and at most {MAX_TIMEOUT_LIMIT:g} (a year)",
     )
-    _require(
+    require(
         q.lock_grace_seconds >= 3,
         "queue.lock_grace_seconds",
         f"{q.lock_grace_seconds} must be >= 3",
     )
     if q.stop_timeout_seconds is not None:
-        _require(
+        require(
             0 <= q.stop_timeout_seconds < q.lock_grace_seconds,
             "queue.stop_timeout_seconds",
             (
@@ -112,16 +112,14 @@ def _validate_queue(q: QueueConfig) -> None:
                 f"< queue.lock_grace_seconds ({q.lock_grace_seconds})"
             ),
         )
-    _require(q.poll_interval > 0, "queue.poll_interval", f"{q.poll_interval} must be > 0")
-    _require(
+    require(q.poll_interval > 0, "queue.poll_interval", f"{q.poll_interval} must be > 0")
+    require(
         1 <= q.max_concurrency <= 10_000, "queue.max_concurrency", "must be between 1 and 10000"
     )
-    _require(q.max_queue_depth >= 0, "queue.max_queue_depth", "must be >= 0 (0 = unbounded)")
-    _require(q.max_delayed >= 0, "queue.max_delayed", "must be >= 0 (0 = unbounded)")
-    _require(
-        q.max_queued_per_user >= 0, "queue.max_queued_per_user", "must be >= 0 (0 = unbounded)"
-    )
-    _require(q.retention_seconds > 0, "queue.retention_seconds", "must be > 0")
-    _require(q.paused_retention_seconds >= 0, "queue.paused_retention_seconds", "must be >= 0")
-    _require(q.retention_interval_seconds > 0, "queue.retention_interval_seconds", "must be > 0")
-    _require(len(q.deployment_id) <= 200, "queue.deployment_id", "must be at most 200 characters")
+    require(q.max_queue_depth >= 0, "queue.max_queue_depth", "must be >= 0 (0 = unbounded)")
+    require(q.max_delayed >= 0, "queue.max_delayed", "must be >= 0 (0 = unbounded)")
+    require(q.max_queued_per_user >= 0, "queue.max_queued_per_user", "must be >= 0 (0 = unbounded)")
+    require(q.retention_seconds > 0, "queue.retention_seconds", "must be > 0")
+    require(q.paused_retention_seconds >= 0, "queue.paused_retention_seconds", "must be >= 0")
+    require(q.retention_interval_seconds > 0, "queue.retention_interval_seconds", "must be > 0")
+    require(len(q.deployment_id) <= 200, "queue.deployment_id", "must be at most 200 characters")

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import msgspec
 from croniter import croniter
 
-from runq.config.common import _require
+from runq.config.checks import require
 from runq.errors import ConfigError
 from runq.model import COMPONENT_TYPES
 
@@ -55,21 +55,21 @@ class ScheduleConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return self.component.partition("/")[2]
 
 
-def _validate_schedules(schedules: tuple[ScheduleConfig, ...]) -> None:
+def validate_schedules(schedules: tuple[ScheduleConfig, ...]) -> None:
     """Each ``[[schedules]]`` entry on its own; whether its component exists is checked at
     start, where the component registry is known."""
     seen: set[str] = set()
     for i, sch in enumerate(schedules):
         key = f"schedules[{i}]"
-        _require(
+        require(
             bool(_SCHEDULE_NAME_RE.match(sch.name)),
             f"{key}.name",
             f"{sch.name[:100]!r} must be 1-100 letters, digits, '_', '-' or '.'",
         )
-        _require(sch.name not in seen, f"{key}.name", f"{sch.name!r} is used twice")
+        require(sch.name not in seen, f"{key}.name", f"{sch.name!r} is used twice")
         seen.add(sch.name)
         fields = len(sch.cron.split())
-        _require(
+        require(
             fields in (5, 6) and croniter.is_valid(sch.cron, second_at_beginning=fields == 6),
             f"{key}.cron",
             f"{sch.cron[:100]!r} is not a cron expression of five fields"
@@ -82,34 +82,34 @@ def _validate_schedules(schedules: tuple[ScheduleConfig, ...]) -> None:
                 f"{key}.timezone", f"{sch.timezone[:100]!r} is not a known IANA time zone"
             ) from e
         ctype, sep, cid = sch.component.partition("/")
-        _require(
+        require(
             bool(sep and cid) and ctype in COMPONENT_TYPES,
             f"{key}.component",
             f"a component is 'type/id' with type one of {', '.join(sorted(COMPONENT_TYPES))}",
         )
-        _require(
+        require(
             sch.overlap in SCHEDULE_OVERLAPS,
             f"{key}.overlap",
             f"{sch.overlap!r} is not one of {', '.join(SCHEDULE_OVERLAPS)}",
         )
-        _require(
+        require(
             sch.catch_up in SCHEDULE_CATCH_UPS,
             f"{key}.catch_up",
             f"{sch.catch_up!r} is not one of {', '.join(SCHEDULE_CATCH_UPS)}",
         )
-        _require(1 <= sch.catch_up_max <= 1000, f"{key}.catch_up_max", "must be between 1 and 1000")
-        _require(
+        require(1 <= sch.catch_up_max <= 1000, f"{key}.catch_up_max", "must be between 1 and 1000")
+        require(
             # Below a second, a pass that is a little late would count an on-time slot
             # as missed.
             math.isfinite(sch.grace_seconds) and sch.grace_seconds >= 1,
             f"{key}.grace_seconds",
             "must be a finite number >= 1",
         )
-        _require(
+        require(
             sch.max_attempts is None or sch.max_attempts >= 1,
             f"{key}.max_attempts",
             "must be >= 1",
         )
-        _require(
+        require(
             len(sch.deployment_id) <= 200, f"{key}.deployment_id", "must be at most 200 characters"
         )

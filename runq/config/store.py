@@ -6,7 +6,7 @@ import re
 
 import msgspec
 
-from runq.config.common import _require
+from runq.config.checks import require
 from runq.errors import ConfigError
 
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -42,15 +42,15 @@ def redact_url(url: str) -> str:
     return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url)
 
 
-def _validate_store(s: StoreConfig) -> None:
+def validate_store(s: StoreConfig) -> None:
     store_engine(s.url)
-    _require(
+    require(
         bool(_SCHEMA_RE.match(s.schema)),
         "store.schema",
         f"{s.schema!r} must be a lower-case SQL identifier ([a-z_][a-z0-9_]*)",
     )
-    _require(1 <= s.pool_size <= 1000, "store.pool_size", f"{s.pool_size} must be 1 to 1000")
+    require(1 <= s.pool_size <= 1000, "store.pool_size", f"{s.pool_size} must be 1 to 1000")
     if s.listen_url:
-        _require(
+        require(
             store_engine(s.listen_url) == "postgres", "store.listen_url", "must be postgresql://"
         )

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from runq.config import Config
 from runq.log import get_logger
-from runq.maintenance.service import run_periodically
+from runq.loops import run_periodically, service_retry
 from runq.metrics import REAPER_DEAD_LETTERED, REAPER_REQUEUED
 from runq.model import ReapReport
 from runq.store.base import Store
@@ -112,4 +112,6 @@ class Reaper:
                 log.warning("reaper.trim_events_failed", run_id=run_id, error=str(e))
 
     async def run(self) -> None:
-        await run_periodically("reaper", self.run_once, self.config.interval)
+        interval = self.config.interval
+        retry = service_retry("reaper", interval)
+        await run_periodically(self.run_once, retry=retry, interval=interval)

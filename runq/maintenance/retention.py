@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from runq.config import Config
 from runq.log import get_logger
-from runq.maintenance.service import run_periodically
+from runq.loops import run_periodically, service_retry
 from runq.metrics import RETENTION_DELETED
 from runq.model import PurgeReport
 from runq.store.base import Store
@@ -69,4 +69,6 @@ class Retention:
         return report
 
     async def run(self) -> None:
-        await run_periodically("retention", self.run_once, self.config.interval)
+        interval = self.config.interval
+        retry = service_retry("retention", interval)
+        await run_periodically(self.run_once, retry=retry, interval=interval)

@@ -21,25 +21,19 @@ are counted (``runq_schedule_missed_total``) and the cursor moves past them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
-from zoneinfo import ZoneInfo
 
-import anyio
-import msgspec
-from croniter import croniter
-
-from runq.backoff import backoff_delay
 from runq.components import ComponentRegistry
 from runq.config import Config, ScheduleConfig
-from runq.errors import ConfigError, NotFound
+from runq.cron import Cron
+from runq.errors import ConfigError
 from runq.log import get_logger
+from runq.loops import SERVICE_BACKOFF, Retry, run_periodically
 from runq.metrics import (
     SCHEDULE_FIRED,
     SCHEDULE_LAST_FIRE,
     SCHEDULE_MISSED,
     SCHEDULE_NEXT_FIRE,
     SCHEDULE_SKIPPED,
-    STORE_ERRORS,
 )
 from runq.model import NewRun, ScheduleState
 from runq.store.base import Store
@@ -65,55 +59,6 @@ def check_schedule_components(config: Config, components: ComponentRegistry) -> 
                 f"unknown component {schedule.component!r} (schedule {schedule.name!r}); "
                 "define it under [components]",
             )
-
-
-class Cron:
-    """One schedule's cron expression in its time zone, as whole-second epoch slots."""
-
-    def __init__(self, schedule: ScheduleConfig) -> None:
-        self.expression = schedule.cron
-        self.zone = ZoneInfo(schedule.timezone)
-        self.with_seconds = schedule.has_seconds
-
-    def _iter(self, start: float) -> croniter:
-        return croniter(
-            self.expression,
-            datetime.fromtimestamp(start, self.zone),
-            second_at_beginning=self.with_seconds,
-        )
-
-    def _repeated(self, slot: float) -> bool:
-        """True for a slot in the second pass of a repeated (fall-back) wall-clock hour."""
-        local = datetime.fromtimestamp(slot, self.zone)
-        return local.fold == 1 and local.replace(fold=0).utcoffset() != local.utcoffset()
-
-    def after(self, start: float, until: float, limit: int) -> list[float]:
-        """Slots in (start, until], oldest first, at most ``limit``."""
-        it, found = self._iter(start), list[float]()
-        while len(found) < limit:
-            slot = float(round(it.get_next(float)))
-            if slot > until:
-                break
-            if slot > start and not self._repeated(slot):
-                found.append(slot)
-        return found
-
-    def before(self, end: float, floor: float, limit: int) -> list[float]:
-        """The latest ``limit`` slots in (floor, end], oldest first."""
-        if limit <= 0:
-            return []
-        # Start a hair after ``end`` so a slot exactly at ``end`` is included.
-        it, found = self._iter(end + 0.5), list[float]()
-        while len(found) < limit:
-            slot = float(round(it.get_prev(float)))
-            if slot <= floor:
-                break
-            if slot <= end and not self._repeated(slot):
-                found.append(slot)
-        return sorted(found)
-
-    def next_after(self, start: float) -> float:
-        return self.after(start, float("inf"), 1)[0]
 
 
 @dataclass(frozen=True)
@@ -252,75 +197,11 @@ class Scheduler:
         logged and retried with backoff; cancellation is never swallowed."""
         if not self.schedules:
             return
-        failures = 0
-        while True:
-            try:
-                report = await self.run_once()
-            except Exception as e:
-                failures += 1
-                STORE_ERRORS.labels(service="scheduler").inc()
-                delay = min(self.max_sleep, backoff_delay(failures))
-                log.warning("scheduler.pass_failed", error=str(e) or type(e).__name__)
-                await anyio.sleep(delay)
-                continue
-            failures = 0
-            await anyio.sleep(self._sleep_after(report))
-
-
-# -- what operators see ----------------------------------------------------------------------
-
-
-class ScheduleView(msgspec.Struct, frozen=True, kw_only=True):
-    """One schedule as ``runq schedules list`` and ``GET /queue/schedules`` show it."""
-
-    name: str
-    cron: str
-    timezone: str
-    component: str
-    overlap: str
-    catch_up: str
-    paused: bool
-    paused_at: float | None
-    #: When the next slot is due (None while paused).
-    next_fire_at: float | None
-    #: The latest recorded slot and the run it made (None: skipped by the overlap rule).
-    last_fire_at: float | None
-    last_run_id: str | None
-
-
-def _view(schedule: ScheduleConfig, state: ScheduleState, now: float) -> ScheduleView:
-    next_at = None if state.paused else Cron(schedule).next_after(max(state.cursor_at, now))
-    return ScheduleView(
-        name=schedule.name,
-        cron=schedule.cron,
-        timezone=schedule.timezone,
-        component=schedule.component,
-        overlap=schedule.overlap,
-        catch_up=schedule.catch_up,
-        paused=state.paused,
-        paused_at=state.paused_at,
-        next_fire_at=next_at,
-        last_fire_at=state.last_slot_at,
-        last_run_id=state.last_run_id,
-    )
-
-
-async def schedule_views(store: Store, config: Config) -> list[ScheduleView]:
-    """Every configured schedule with its fleet-wide state, in configuration order."""
-    if not config.schedules:
-        return []
-    now, states = await store.schedule_states([s.name for s in config.schedules])
-    by_name = {state.name: state for state in states}
-    return [_view(s, by_name[s.name], now) for s in config.schedules if s.name in by_name]
-
-
-async def set_schedule_paused(
-    store: Store, config: Config, name: str, *, paused: bool
-) -> ScheduleView:
-    """Pause or resume a configured schedule for the whole fleet; ``NotFound`` otherwise."""
-    schedule = next((s for s in config.schedules if s.name == name), None)
-    if schedule is None:
-        raise NotFound(f"no schedule named {name[:100]!r} in this configuration")
-    state = await store.set_schedule_paused(name, paused)
-    log.info("schedule.paused" if paused else "schedule.resumed", schedule=name)
-    return _view(schedule, state, await store.now())
+        retry = Retry(
+            SERVICE_BACKOFF,
+            metric="scheduler",
+            event="scheduler.pass_failed",
+            log_delay=False,
+            ceiling=self.max_sleep,
+        )
+        await run_periodically(self.run_once, retry=retry, interval=self._sleep_after)

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 import anyio
 from prometheus_client import generate_latest
 
-from runq.budget import BudgetGate
 from runq.config import FLEET_SETTINGS, BudgetConfig, Config
-from runq.flow.waits import held_counts
+from runq.limits.budget import BudgetGate
+from runq.limits.waits import held_counts
 from runq.log import get_logger
 from runq.metrics import (
     EXPIRED_LEASES,
@@ -31,7 +31,8 @@ from runq.metrics import (
     RUNS,
     STORE_ERRORS,
 )
-from runq.model import QueueHealth, Status, WorkerInfo, fleet_divergences
+from runq.model import QueueHealth, Status, WorkerInfo
+from runq.ops.fleet import fleet_divergences
 from runq.store.base import Store
 
 log = get_logger(__name__)
@@ -92,24 +93,24 @@ class Exporter:
                 return
             self._apply(health)
             try:
-                await self._refresh_flow()
+                await self._refresh_limits()
             except Exception as e:
                 STORE_ERRORS.labels(service="exporter").inc()
-                log.warning("exporter.flow_refresh_failed", error=str(e) or type(e).__name__)
+                log.warning("exporter.limits_refresh_failed", error=str(e) or type(e).__name__)
             self._refreshed_at = time.monotonic()
 
-    async def _refresh_flow(self) -> None:
+    async def _refresh_limits(self) -> None:
         """Held-back runs by reason and the age of each pause: a few grouped reads per
         refresh, never a per-claim cost."""
         store = self.store
         pauses = await store.list_pauses()
-        state = await store.flow_state()
+        state = await store.limits_state()
         workers = await store.list_workers(max_age_seconds=self.config.worker_max_age_seconds)
         _apply_fleet_settings(workers)
         served = {w.deployment_id for w in workers if w.deployment_id}
         blocked = await self._budget.blocked() if self._budget.enabled else None
         queued = await store.queued_by_component(blocked)
-        counts = held_counts(queued, store.flow, state, pauses, served)
+        counts = held_counts(queued, store.limits, state, pauses, served)
         for reason, n in counts.items():
             HELD_RUNS.labels(reason=reason).set(n)
         PAUSE_AGE.clear()

@@ -13,7 +13,6 @@ fully arrived is never timed out here: its handler answers in its own time.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -35,7 +34,7 @@ def protocol_with_request_timeout(seconds: float) -> type[H11Protocol]:
     class RequestTimeoutProtocol(H11Protocol):
         _request_deadline: asyncio.TimerHandle | None = None
 
-        def connection_made(self, transport: Any) -> None:
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._arm()
 

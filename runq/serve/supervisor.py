@@ -31,11 +31,12 @@ from runq.components import ComponentRegistry
 from runq.config import Config
 from runq.errors import ConfigError
 from runq.log import get_logger
+from runq.loops import run_periodically, service_retry
 from runq.maintenance.reaper import Reaper, ReaperConfig
 from runq.maintenance.retention import Retention, RetentionConfig
 from runq.maintenance.scheduler import Scheduler, check_schedule_components
-from runq.maintenance.service import run_periodically
 from runq.metrics import EVENT_LOOP_LAG
+from runq.ops.operations import Operations
 from runq.queue import Queue
 from runq.serve.exporter import Exporter, ExporterConfig
 from runq.serve.http_server import (
@@ -46,7 +47,6 @@ from runq.serve.http_server import (
 )
 from runq.serve.systemd import SystemdNotifier
 from runq.store.base import Store
-from runq.transports.postgres import Listener, is_listenable
 from runq.worker.claimer import Claimer, ClaimerConfig
 from runq.worker.execution import Interrupt
 from runq.worker.registry import WorkerRegistry, WorkerRegistryConfig
@@ -104,7 +104,6 @@ class Supervisor:
         )
         self.exporter = Exporter(self.store, ExporterConfig.from_config(config))
         self.scheduler = Scheduler(self.store, config)
-        self.listener: Listener | None = None
         self._stop_requested = anyio.Event()
         self._hard_stop = False
         self.draining = False
@@ -121,9 +120,7 @@ class Supervisor:
 
     def _wake_everyone(self) -> None:
         """After the reaper requeued: this replica now, the others through the channel."""
-        self.claimer.wake()
-        if self.queue.notifier is not None:
-            self.queue.notifier.request_wake()
+        self.queue.dispatch.wake_everywhere()
 
     def _cancel_local(self, run_id: str) -> None:
         if self.runtime.inflight.interrupt(run_id, Interrupt.CANCELLED):
@@ -153,7 +150,7 @@ class Supervisor:
     async def run(self) -> int:
         """Serve until a signal (or ``request_stop``); returns the exit code."""
         self.queue.runtime = self.runtime if self.worker_enabled else None
-        unsubscribe = self.queue.local.subscribe(self._wake_claimer, self._cancel_local)
+        unsubscribe = self.store.notifications().subscribe(self._wake_claimer, self._cancel_local)
         try:
             with anyio.CancelScope() as main:
                 async with anyio.create_task_group() as services:
@@ -213,22 +210,18 @@ class Supervisor:
         services.start_soon(self.runtime.completer.run)
         services.start_soon(self.reaper.run)
         services.start_soon(self.retention.run)
-        services.start_soon(
-            run_periodically,
-            "workers",
-            self.registry.prune_once,
-            self.registry.config.prune_interval_seconds,
-        )
+        services.start_soon(self._prune_workers)
+
+    async def _prune_workers(self) -> None:
+        """Forget workers not seen for long (``runq status`` counts the live ones)."""
+        interval = self.registry.config.prune_interval_seconds
+        retry = service_retry("workers", interval)
+        await run_periodically(self.registry.prune_once, retry=retry, interval=interval)
 
     async def _start_listener(self, services: TaskGroup) -> None:
-        store = self.store
-        listen_url = getattr(store, "listen_url", None)
-        if not is_listenable(store) or listen_url is None:
-            return  # behind PgBouncer with no direct URL: claims poll
-        self.listener = Listener(
-            listen_url, store.channel, on_wake=self._wake_claimer, on_cancel=self._cancel_local
-        )
-        await services.start(self.listener.run)
+        """Hear the other replicas (PostgreSQL's ``LISTEN``): their wake-ups and cancels
+        reach the callbacks ``run`` subscribed, their event messages the followers here."""
+        await services.start(self.store.notifications().listen)
 
     def _ready(self) -> None:
         self.systemd.ready()
@@ -330,6 +323,7 @@ class Supervisor:
 
         services = ApiServices(
             queue=self.queue,
+            ops=Operations(self.store, self.config),
             config=self.config,
             worker_enabled=self.worker_enabled,
             render_metrics=self.exporter.render,

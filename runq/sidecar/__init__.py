@@ -10,7 +10,7 @@ daemon refuses to start.
 
 from __future__ import annotations
 
-from runq.sidecar._common import Handler
+from runq.sidecar.http_calls import Handler
 from runq.sidecar.http_component import build_http_component
 from runq.sidecar.openai_chat import build_openai_chat_component
 

@@ -41,7 +41,7 @@ import msgspec
 
 from runq.errors import ConfigError, Permanent, Retryable
 from runq.log import get_logger
-from runq.sidecar._common import (
+from runq.sidecar.http_calls import (
     DEFAULT_MAX_RESPONSE_BYTES,
     ClientSettings,
     Handler,

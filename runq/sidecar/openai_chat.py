@@ -42,7 +42,7 @@ import httpx
 import msgspec
 
 from runq.errors import ConfigError, Permanent, Retryable
-from runq.sidecar._common import (
+from runq.sidecar.http_calls import (
     DEFAULT_MAX_RESPONSE_BYTES,
     ClientSettings,
     Handler,

@@ -10,7 +10,7 @@ import anyio
 
 from runq.config import Config, StoreConfig, store_engine
 from runq.errors import ConfigError, SealError
-from runq.flow import FlowRules
+from runq.limits import LimitRules
 from runq.seal import KeyRing, Sealer, ensure_key_file, key_file_for, load_key_ring
 from runq.store.base import Store
 
@@ -108,7 +108,7 @@ async def open_store(config: Config) -> AsyncIterator[Store]:
     store = make_store(
         config.store.url, schema=config.store.schema, sealer=sealer, settings=config.store
     )
-    store.flow = FlowRules.from_config(config)
+    store.limits = LimitRules.from_config(config)
     await store.connect()
     try:
         yield store

@@ -14,10 +14,10 @@ values. Payloads are JSON (msgspec); a value that cannot be encoded raises
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Unpack, runtime_checkable
 
-from runq.flow import FlowRules, FlowState, Pause
-from runq.listing import ALL_RUNS, Page, RunCursor, RunFilter, RunList
+from runq.limits import LimitRules, LimitState, Pause
+from runq.listing import JobListing, Page, RunCursor, RunFilter, RunList
 from runq.model import (
     BudgetBlock,
     ClaimedRuns,
@@ -36,24 +36,22 @@ from runq.model import (
     ScheduleState,
     SlotFire,
     Stats,
-    Status,
     SubmitResult,
     UsageKey,
     UsageTotals,
     WorkerInfo,
 )
+from runq.store.notifications import Notifications
 
 
 @runtime_checkable
 class Store(Protocol):
     #: "sqlite" or "postgres".
     engine: str
-    #: True when the engine has LISTEN/NOTIFY; callers fall back to polling otherwise.
-    supports_listen: bool
     #: Added to the database clock everywhere; tests use it to jump time. Never set in production.
     clock_offset_seconds: float
     #: ``[limits]`` every claim of this process applies (empty: no limits).
-    flow: FlowRules
+    limits: LimitRules
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -73,6 +71,12 @@ class Store(Protocol):
 
     async def schema_is_current(self) -> bool:
         """True when every migration this version knows has been applied (``/readyz``)."""
+
+    def notifications(self) -> Notifications:
+        """This store's wake-ups, cancels and event messages in this process: one object
+        for the store's life. Where ``crosses_processes`` is true (PostgreSQL) ``send``
+        reaches every replica and a daemon runs ``listen``; otherwise delivery stays in
+        this process and readers elsewhere poll."""
 
     async def ping(self) -> None:
         """One trivial round trip; raises ``StoreUnavailable`` when the database does not answer."""
@@ -272,22 +276,12 @@ class Store(Protocol):
         """Counts, oldest queued age overall and per deployment ("" for none), expired
         leases and live workers, in as few queries as the engine allows."""
 
-    async def list_jobs(
-        self,
-        *,
-        statuses: Sequence[Status] = (),
-        page: int = 1,
-        limit: int = 20,
-        sort_by: str = "created_at",
-        sort_order: str = "desc",
-        user_id: str | None = None,
-        where: RunFilter = ALL_RUNS,
-        after: RunCursor | None = None,
-    ) -> Page:
-        """Paged listing. ``sort_by`` outside ``SORTABLE_FIELDS`` falls back to ``created_at``;
-        never interpolated. ``statuses`` and ``user_id`` narrow ``where``. ``after``: keyset
-        paging from a cursor (meaningful when sorted by ``created_at``; then ``page`` should
-        be 1, and ``next_cursor`` of the answer continues the listing)."""
+    async def list_jobs(self, **listing: Unpack[JobListing]) -> Page:
+        """Paged listing (``runq.listing.JobListing``: page, limit, sort, filter, cursor).
+        ``sort_by`` outside ``SORTABLE_FIELDS`` falls back to ``created_at``; never
+        interpolated. ``after``: keyset paging from a cursor (meaningful when sorted by
+        ``created_at``; then ``page`` should be 1, and ``next_cursor`` of the answer
+        continues the listing). Both engines share it (``runq.store.listings``)."""
 
     async def list_runs(self, where: RunFilter, *, after: RunCursor | None, limit: int) -> RunList:
         """At most ``limit`` runs matching ``where``, newest first (created_at, id), after the
@@ -340,7 +334,7 @@ class Store(Protocol):
         """Delete the schedule's slot rows older than ``before``; returns how many. Slots
         behind the cursor are never fired again, so old rows are history only."""
 
-    # -- flow control ------------------------------------------------------------------
+    # -- limits -----------------------------------------------------------------------
 
     async def add_pause(
         self, kind: str, target: str, *, reason: str | None, created_by: str | None
@@ -357,9 +351,9 @@ class Store(Protocol):
     async def list_pauses(self) -> list[Pause]:
         """Active pauses, oldest first."""
 
-    async def flow_state(self) -> FlowState:
+    async def limits_state(self) -> LimitState:
         """The database clock, running runs per component and the rate windows of
-        ``flow``'s patterns, read together (to say why a run waits)."""
+        ``limits``'s patterns, read together (to say why a run waits)."""
 
     async def session_ahead(self, run_id: str, session_id: str) -> bool:
         """True when the session rule holds ``run_id`` back."""

@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from runq.errors import IdempotencyConflict, QueueFull
-from runq.model import NewRun, Status, new_run_ids
+from runq.ids import new_run_ids
+from runq.model import NewRun, Status
 from runq.store import messages
 
 #: (idempotency key, user id or "") → (stored run id, its "type/id" component).

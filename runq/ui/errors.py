@@ -13,14 +13,14 @@ import traceback
 from typing import Any
 from urllib.parse import quote
 
-from litestar import Request, Response
+from litestar import Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.response import Redirect
 
 from runq.api.problems import runq_error_status, validation_detail
 from runq.errors import RunqError
 from runq.ui.render import render
-from runq.ui.session import CsrfRefused, SignInRequired, identify
+from runq.ui.session import AnyRequest, CsrfRefused, SignInRequired, identify
 
 log = logging.getLogger("runq.ui")
 
@@ -48,7 +48,7 @@ def status_of(error: RunqError) -> int:
     return 500 if mapped is None else mapped[0]
 
 
-def error_page(request: Request[Any, Any, Any], status: int, detail: str) -> Response[Any]:
+def error_page(request: AnyRequest, status: int, detail: str) -> Response[Any]:
     try:
         identity = identify(request)
     except RunqError:
@@ -64,7 +64,7 @@ def error_page(request: Request[Any, Any, Any], status: int, detail: str) -> Res
     )
 
 
-def handle_ui_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+def handle_ui_exception(request: AnyRequest, exc: Exception) -> Response[Any]:
     if isinstance(exc, SignInRequired):
         target = request.url.path
         if request.url.query:

@@ -9,9 +9,9 @@ becoming a query storm:
   view share one read per ``LISTING_CACHE_SECONDS``;
 - a stream reads at most once per ``MIN_GAP_SECONDS``, however many hints arrive.
 
-The hints come from what the daemon already has: its in-process hub (``LocalHub``, woken
-by every submission, requeue and continue that passes through this replica) and, on
-PostgreSQL, the ``LISTEN`` connection's run notifications (a run paused or settled on any
+The hints come from what the daemon already has: its store's notifications (woken by every
+submission, requeue and continue that passes through this replica and, on PostgreSQL, by
+what the ``LISTEN`` connection hears: wake-ups, and a run paused or settled on any
 replica). Changes no hint covers (a claim on another replica, a run submitted from the
 CLI on the SQLite file) show at the next fallback read.
 
@@ -28,7 +28,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import msgspec
@@ -36,9 +36,7 @@ from litestar.response.sse import ServerSentEventMessage
 
 from runq.listing import Page
 from runq.model import Run, RunEvent
-from runq.store.base import Store
-from runq.transports.follow import feed_for, follow_events
-from runq.transports.local import LocalHub
+from runq.store.notifications import Notifications
 from runq.ui.chart import ThroughputCache
 from runq.ui.live import RECONNECT_MILLISECONDS, STREAM_LIFETIME_SECONDS
 
@@ -54,6 +52,14 @@ LISTING_CACHE_VIEWS = 64
 TIMELINE_KEEPALIVE_SECONDS = 15.0
 
 _json = msgspec.json.Encoder()
+
+
+class Follow(Protocol):
+    """``Queue.follow``: a run's events, then ``None`` every ``keepalive_seconds`` idle."""
+
+    def __call__(
+        self, run_id: str, *, after: int = 0, keepalive_seconds: float | None = None
+    ) -> AsyncIterator[RunEvent | None]: ...
 
 
 class ChangeHint:
@@ -117,10 +123,11 @@ class ConsoleState:
     listings: ListingCache = field(default_factory=ListingCache)
     hint: ChangeHint = field(default_factory=ChangeHint)
 
-    def attach(self, store: Store, hub: LocalHub) -> None:
-        """Fire the hint from the daemon's hub and, on PostgreSQL, from its listener."""
-        hub.subscribe(self.hint.fire, self.hint.fire)
-        feed_for(store).watch_all(self.hint.fire)
+    def attach(self, notifications: Notifications) -> None:
+        """Fire the hint on every wake-up, cancel and event message the store's
+        notifications deliver in this process (on PostgreSQL, the listener's too)."""
+        notifications.subscribe(self.hint.fire, self.hint.fire)
+        notifications.events.watch_all(self.hint.fire)
 
 
 def page_version(page: Page) -> str:
@@ -167,7 +174,7 @@ def timeline_item(event: RunEvent) -> dict[str, Any]:
 
 
 async def timeline_stream(
-    store: Store,
+    follow: Follow,
     run: Run,
     *,
     after: int,
@@ -175,9 +182,10 @@ async def timeline_stream(
     keepalive: float = TIMELINE_KEEPALIVE_SECONDS,
 ) -> AsyncIterator[ServerSentEventMessage]:
     """The run's events after ``after`` as ``timeline`` events (``id`` = seq, so a
-    reconnecting browser resumes where it stopped), ending after the final event."""
+    reconnecting browser resumes where it stopped), ending after the final event.
+    ``follow`` is ``Queue.follow``."""
     yield ServerSentEventMessage(comment="runq console", retry=RECONNECT_MILLISECONDS)
-    async for event in follow_events(store, run.id, after=after, keepalive_seconds=keepalive):
+    async for event in follow(run.id, after=after, keepalive_seconds=keepalive):
         if event is None:
             yield ServerSentEventMessage(comment="keep-alive")
             continue

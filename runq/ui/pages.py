@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from litestar import Request, Response, get, post
+from litestar import Response, get, post
 from litestar.datastructures import FormMultiDict
 from litestar.response import Redirect, ServerSentEvent
 
@@ -33,6 +33,7 @@ from runq.ui.live_runs import ConsoleState, timeline_stream
 from runq.ui.overview import Overview, overview_from_metrics
 from runq.ui.render import partial, render
 from runq.ui.session import (
+    AnyRequest,
     check_csrf,
     check_signin_csrf,
     cleared_session_cookie,
@@ -43,7 +44,6 @@ from runq.ui.session import (
     verify_credential,
 )
 
-AnyRequest = Request[Any, Any, Any]
 HTML = Response[str]
 
 #: What a redirect after an action may say; the URL carries the key, never free text.
@@ -91,14 +91,13 @@ def console_state(request: AnyRequest) -> ConsoleState:
     found = state.get(CONSOLE_STATE_KEY)
     if isinstance(found, ConsoleState):
         return found
-    services = services_of(request)
-    store = services.queue.store
+    ops = services_of(request).ops
 
     async def read_throughput() -> tuple[float, list[tuple[float, str, int]]]:
-        return await store.finished_per_minute(window_seconds=MINUTES * 60.0)
+        return await ops.finished_per_minute(window_seconds=MINUTES * 60.0)
 
     made = ConsoleState(throughput=ThroughputCache(read_throughput))
-    made.attach(store, services.queue.local)
+    made.attach(ops.notifications())
     state[CONSOLE_STATE_KEY] = made
     return made
 
@@ -185,7 +184,7 @@ def _actions(identity: Identity, run: Run) -> RunActions:
 
 async def _visible_run(request: AnyRequest, run_id: str) -> Run:
     """As ``GET /runs/{id}``: a run the caller may not see does not exist for them."""
-    run = await services_of(request).queue.get(run_id) if is_plausible_id(run_id) else None
+    run = await services_of(request).ops.get(run_id) if is_plausible_id(run_id) else None
     if run is None or not identity_of(request).can_see(run):
         raise NotFound("no such run, or not one you may see")
     return run
@@ -195,7 +194,7 @@ async def _timeline(request: AnyRequest, run: Run) -> tuple[list[RunEvent], bool
     """The stored events as the viewer may see them, whether some were left out, and the
     live stream's URL (None once the log holds the final event: nothing will follow)."""
     content = identity_of(request).can_read_content(run)
-    stored = await services_of(request).queue.store.list_events(
+    stored = await services_of(request).ops.list_events(
         run.id, after=0, limit=MAX_TIMELINE_EVENTS + 1
     )
     truncated = len(stored) > MAX_TIMELINE_EVENTS
@@ -222,7 +221,7 @@ async def _run_page(
     # The handler's whole message, opened from its sealed column: admins only, as on
     # GET /queue/jobs/{id}; ``error`` above it is what the privacy level lets anyone see.
     error_detail = (
-        await services_of(request).queue.error_detail(run.id) if identity.is_admin else None
+        await services_of(request).ops.error_detail(run.id) if identity.is_admin else None
     )
     return render(
         request,
@@ -261,7 +260,7 @@ async def run_events_live(request: AnyRequest, run_id: str) -> ServerSentEvent:
     content = identity_of(request).can_read_content(run)
     return ServerSentEvent(
         timeline_stream(
-            services_of(request).queue.store,
+            services_of(request).queue.follow,
             run,
             after=_resume_after(request),
             viewer=lambda event: for_viewer(event, content),
@@ -417,13 +416,13 @@ async def bulk_action(request: AnyRequest) -> HTML:
 @get("/workers")
 async def workers_page(request: AnyRequest) -> HTML:
     services = services_of(request)
-    store = services.queue.store
+    ops = services.ops
     queue_config = services.config.queue
     live_within = queue_config.live_worker_seconds
     # Workers not seen for a day are pruned anyway; show the missing ones up to then.
-    workers = await store.list_workers(max_age_seconds=86400.0)
-    running = await store.running_by_worker()
-    now = await store.now()
+    workers = await ops.workers(max_age_seconds=86400.0)
+    running = await ops.running_by_worker()
+    now = await ops.now()
     listed = {w.id for w in workers}
     return render(
         request,

@@ -8,7 +8,7 @@ from litestar import Router
 
 from runq.api.guards import require_worker
 from runq.ui.errors import handle_ui_exception
-from runq.ui.flow_pages import (
+from runq.ui.limits_pages import (
     limits_page,
     pause_schedule_action,
     remove_pause_action,

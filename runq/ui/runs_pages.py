@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import msgspec
-from litestar import Request, Response, get
+from litestar import Response, get
 from litestar.response import Redirect, ServerSentEvent
 
 from runq.api.auth import Forbidden
@@ -21,14 +21,12 @@ from runq.api.guards import services_of
 from runq.api.routes_bulk import MAX_BULK_IDS
 from runq.listing import Page, RunCursor
 from runq.model import Status
-from runq.queue import Queue
+from runq.ops.operations import Operations
 from runq.ui.listing import COLUMNS, PAGE_SIZES, RunQuery, RunsView, page_links, parse_query
 from runq.ui.live_runs import page_version, rows_stream
 from runq.ui.pages import console_state, flash_of
 from runq.ui.render import fragment, render
-from runq.ui.session import identity_of, ui_authenticate
-
-AnyRequest = Request[Any, Any, Any]
+from runq.ui.session import AnyRequest, identity_of, ui_authenticate
 
 MY_RUNS = "/ui/runs"
 ALL_RUNS_BASE = "/ui/queue/jobs"
@@ -45,7 +43,7 @@ def _cursor_of(page: Page, index: int) -> str | None:
     return RunCursor.of(page.data[index]).encode() if page.data else None
 
 
-async def read_view(queue: Queue, query: RunQuery) -> RunsView:
+async def read_view(ops: Operations, query: RunQuery) -> RunsView:
     """The page the query names. Keyset paging reads forward from ``cursor``, or backward
     from ``before`` (the opposite order from that cursor, the rows then put back in the
     table's order): each is one indexed read, whatever the page's depth."""
@@ -54,7 +52,7 @@ async def read_view(queue: Queue, query: RunQuery) -> RunsView:
     order = query.sort_order
     if backward:
         order = "asc" if order == "desc" else "desc"
-    page = await queue.list_jobs(
+    page = await ops.list_jobs(
         where=query.where,
         page=query.page,
         limit=query.limit,
@@ -88,7 +86,7 @@ def _live_rows_url(base: str, query: RunQuery, page: Page) -> str:
 async def _render_runs(
     request: AnyRequest, query: RunQuery, *, base: str, admin_view: bool
 ) -> Response[str]:
-    view = await read_view(services_of(request).queue, query)
+    view = await read_view(services_of(request).ops, query)
     return render(
         request,
         "runs.html",
@@ -112,11 +110,11 @@ def _runs_live(request: AnyRequest, query: RunQuery, *, admin_view: bool) -> Ser
     """The table's stream: its query's rows, through the shared cache, when they change.
     The view's key is its whole query string and its owner, so two users never share."""
     state = console_state(request)
-    queue = services_of(request).queue
+    ops = services_of(request).ops
     key = (query.params(), query.where.owner)
 
     async def read_page() -> Page:
-        return (await read_view(queue, query)).page
+        return (await read_view(ops, query)).page
 
     async def read() -> Page:
         return await state.listings.get(key, read_page)

@@ -26,6 +26,7 @@ import secrets
 from typing import Any, cast
 from urllib.parse import urlsplit
 
+from litestar import Request
 from litestar.connection import ASGIConnection
 from litestar.datastructures import Cookie
 from litestar.handlers.base import BaseRouteHandler
@@ -36,6 +37,8 @@ from runq.config import is_loopback
 from runq.errors import RunqError
 
 Connection = ASGIConnection[Any, Any, Any, Any]
+#: Any request a console route handles (the one spelling every page module uses).
+AnyRequest = Request[Any, Any, Any]
 
 #: The session cookie: the key or token, scoped to the console's paths.
 SESSION_COOKIE = "runq_session"

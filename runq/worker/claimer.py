@@ -32,10 +32,17 @@ from dataclasses import dataclass, field
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from runq.backoff import backoff_delay
 from runq.config import Config
 from runq.log import get_logger
-from runq.metrics import CLAIMS, CONCURRENCY_LIMIT, IN_FLIGHT, STORE_ERRORS, UNOPENABLE_RUNS
+from runq.loops import CLAIM_BACKOFF, Retry, run_periodically
+from runq.metrics import (
+    CLAIM_PASSES,
+    CLAIMS,
+    CONCURRENCY_LIMIT,
+    IN_FLIGHT,
+    STORE_ERRORS,
+    UNOPENABLE_RUNS,
+)
 from runq.model import BudgetBlock, ClaimedRuns, Run
 from runq.store.base import Store
 from runq.worker.executor import Execution, Executor
@@ -44,7 +51,6 @@ from runq.worker.runtime import WorkerRuntime
 
 log = get_logger(__name__)
 
-CLAIM_BACKOFF_MAX = 10.0
 #: Tuning, not configuration: how long a run claimed ahead waits for a slot before it is
 #: given back, and the weight of the newest claim in the claim-time average.
 AHEAD_MAX_WAIT_SECONDS = 1.0
@@ -374,37 +380,43 @@ class Claimer:
         *,
         task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
-        failures = 0
+        retry = Retry(CLAIM_BACKOFF, metric="claimer", event="claim.failed")
         started = False
-        while not self._stopping:
+
+        async def one_pass() -> float:
+            """One claim pass; the seconds to sleep after it (0: claim again at once)."""
+            nonlocal started
             self._wakes[index] = anyio.Event()
             asked = self.claim_size()
             try:
                 claimed = await self.claim_once(executions)
-                failures = 0
-            except Exception as e:
-                failures += 1
-                STORE_ERRORS.labels(service="claimer").inc()
-                delay = backoff_delay(failures, cap=CLAIM_BACKOFF_MAX, base=0.2)
-                log.warning(
-                    "claim.failed", error=str(e) or type(e).__name__, retry_in=round(delay, 2)
-                )
-                await self._sleep(index, delay)
-                continue
             finally:
-                self.passes += 1
+                self._pass_done()
                 if not started:
                     started = True
                     task_status.started()
             await self._give_back_stale()
             if claimed >= asked > 0 and self.claim_size() > 0:
-                continue  # a full pass: more may be waiting for the slots still free
+                return 0.0  # a full pass: more may be waiting for the slots still free
             # A pass that took fewer runs than it asked for saw none left to take: sleep
             # (a submission since then has set the fresh wake event, so this returns at
             # once). Claiming again at once cost every wake-up an empty claim round
             # trip, which the next wake-up's claim could queue behind.
             poll = self.config.poll_interval
-            await self._sleep(index, min(poll, AHEAD_MAX_WAIT_SECONDS) if self._ready else poll)
+            return min(poll, AHEAD_MAX_WAIT_SECONDS) if self._ready else poll
+
+        await run_periodically(
+            one_pass,
+            retry=retry,
+            interval=lambda seconds: seconds,
+            sleep=lambda seconds: self._sleep(index, seconds),
+            stopped=lambda: self._stopping,
+        )
+
+    def _pass_done(self) -> None:
+        """A claim pass ended, claimed or not, failed or not (the signal tests wait on)."""
+        self.passes += 1
+        CLAIM_PASSES.inc()
 
     async def _sleep(self, index: int, seconds: float) -> None:
         with anyio.move_on_after(seconds):

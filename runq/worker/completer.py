@@ -25,10 +25,9 @@ from dataclasses import dataclass
 
 import anyio
 
-from runq.backoff import backoff_delay
 from runq.config import Config
-from runq.errors import StoreUnavailable
 from runq.log import get_logger
+from runq.loops import UNAVAILABLE_ERRORS, WRITE_BACKOFF, Retry
 from runq.metrics import STORE_ERRORS
 from runq.model import Completion
 from runq.store.base import Store
@@ -43,8 +42,6 @@ MAX_WAIT_SECONDS = 0.005
 #: Batches written at once: a batch waits for its commit's WAL flush, and a second batch
 #: written meanwhile shares the next flush (PostgreSQL's group commit) instead of queueing.
 WRITERS = 2
-#: Errors worth retrying a settle write for: the database is away, not the write wrong.
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (StoreUnavailable, OSError, TimeoutError)
 #: What a completion's callback receives: applied (True), fenced off (False), or the error
 #: that decided it.
 WriteResult = bool | BaseException
@@ -98,7 +95,8 @@ class Completer:
         self._has_items = anyio.Event()
         self._full = anyio.Event()
         self._running = False
-        self._failures = 0
+        #: The backoff before a batch that failed for an outage is written again.
+        self._retry = Retry(WRITE_BACKOFF, metric=None, event="complete.retrying", log_delay=False)
 
     @property
     def running(self) -> bool:
@@ -154,9 +152,9 @@ class Completer:
             await self._has_items.wait()
             with anyio.move_on_after(self.config.max_wait_seconds):
                 await self._full.wait()
-            if not await self._flush():
-                self._failures += 1
-                await anyio.sleep(backoff_delay(self._failures, cap=2.0, base=0.1))
+            retry_in = await self._flush()
+            if retry_in is not None:
+                await anyio.sleep(retry_in)
 
     def _flush_now(self) -> bool:
         """A full batch, or pending completions that no executing handler could join."""
@@ -174,12 +172,12 @@ class Completer:
             self._full = anyio.Event()
         return batch
 
-    async def _flush(self) -> bool:
-        """Write one batch. False when the database was away and hand-ins wait to be
-        written again (the caller backs off)."""
+    async def _flush(self) -> float | None:
+        """Write one batch. When the database was away and hand-ins wait to be written
+        again: the seconds to back off first; else None."""
         batch = self._take(self.config.max_batch)
         if not batch:
-            return True
+            return None
         try:
             # Shielded (with a deadline): a batch abandoned mid-write would leave its
             # completions undecided.
@@ -189,26 +187,26 @@ class Completer:
                 )
         except Exception as e:
             return self._failed(batch, e)
-        self._failures = 0
+        self._retry.succeeded()
         applied = set(result.applied)
         for item in batch:
             item.on_written(item.completion.run_id in applied)
-        return True
+        return None
 
-    def _failed(self, batch: list[_Item], error: Exception) -> bool:
+    def _failed(self, batch: list[_Item], error: Exception) -> float | None:
         # Counted as the executor's settle writes were before completions were batched
         # here, so dashboards and tests that watch ``service="executor"`` still see them.
         STORE_ERRORS.labels(service="executor").inc()
-        transient = isinstance(error, TRANSIENT_ERRORS)
+        transient = isinstance(error, UNAVAILABLE_ERRORS)
         again = [item for item in batch if transient and item.retry]
         for item in batch:
             if not (transient and item.retry):
                 item.on_written(error)
         if not again:
-            return True
-        log.warning("complete.retrying", runs=len(again), error=str(error) or type(error).__name__)
+            return None
+        retry_in = self._retry.failed(error, runs=len(again))
         self._pending[:0] = again
         self._has_items.set()
         if self._flush_now():
             self._full.set()
-        return False
+        return retry_in

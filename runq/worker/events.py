@@ -24,8 +24,8 @@ from typing import Any
 
 import anyio
 
-from runq.backoff import backoff_delay
 from runq.log import get_logger
+from runq.loops import EVENTS_BACKOFF, Retry
 from runq.model import Lease, NewEvent
 from runq.store.base import Store
 from runq.store.events import new_event
@@ -167,13 +167,13 @@ class EventBatcher:
     async def _write(self, batch: list[tuple[EventWriter, list[NewEvent]]]) -> None:
         entries = [(writer.lease, events) for writer, events in batch]
         applied: set[str] | None = None
-        for failures in range(1, WRITE_ATTEMPTS + 1):
+        retry = Retry(EVENTS_BACKOFF, metric=None, event="events.write_failed", log_delay=False)
+        for _ in range(WRITE_ATTEMPTS):
             try:
                 applied = await self._store.append_events_many(self._worker_id, entries)
                 break
             except Exception as e:  # the database is away: retry, then give these up
-                log.warning("events.write_failed", events=len(entries), error=str(e))
-                await anyio.sleep(backoff_delay(failures, cap=2.0, base=0.05))
+                await anyio.sleep(retry.failed(e, events=len(entries)))
         for writer, _ in batch:
             writer.writing -= 1
             if applied is not None and writer.lease.run_id not in applied:

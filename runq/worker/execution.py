@@ -23,7 +23,7 @@ from runq.model import Lease, Run
 from runq.worker.events import EventWriter
 
 if TYPE_CHECKING:
-    from runq.budget import BudgetGate, BudgetLeft
+    from runq.limits.budget import BudgetGate, BudgetLeft
     from runq.store.base import Store
     from runq.worker.events import EventBatcher
 
@@ -73,7 +73,7 @@ _INTERRUPT_ERRORS: dict[Interrupt, Callable[[], RunInterrupted]] = {
 }
 
 
-class _Deadline:
+class Deadline:
     """One timer for the handler deadline of a claimed batch (they share a start), instead
     of a timer and a cancel scope per run; cancelled once every handler of the batch ended,
     so a drained batch leaves nothing armed on the loop."""
@@ -122,7 +122,7 @@ class Execution:
     calling: asyncio.Task[Any] | None = None
     cancel_sent: bool = False
     handler_over: bool = False
-    deadline: _Deadline | None = None
+    deadline: Deadline | None = None
     started: float = 0.0
     #: The batching writer of ``ctx.emit``, made at the first event.
     events: EventWriter | None = None
@@ -217,26 +217,26 @@ class Execution:
 
 
 @dataclass(frozen=True)
-class _Answer:
+class Answer:
     value: Any
 
 
 @dataclass(frozen=True)
-class _Raised:
+class Raised:
     error: BaseException
 
 
 @dataclass(frozen=True)
-class _Interrupted:
+class Interrupted:
     reason: Interrupt
 
 
 @dataclass(frozen=True)
-class _TimedOut:
+class TimedOut:
     seconds: float
 
 
-_Result = _Answer | _Raised | _Interrupted | _TimedOut
+ExecutionResult = Answer | Raised | Interrupted | TimedOut
 
 
 @dataclass(frozen=True)
@@ -290,7 +290,7 @@ class ExecutorConfig:
         )
 
 
-def _format_exception(error: BaseException) -> str:
+def format_exception(error: BaseException) -> str:
     import traceback
 
     return "".join(traceback.format_exception(error)).rstrip()

@@ -42,24 +42,24 @@ from runq.store.base import Store
 from runq.worker.completer import Completer
 from runq.worker.events import EventBatcher
 from runq.worker.execution import (
+    Answer,
+    Deadline,
     Execution,
+    ExecutionResult,
     ExecutorConfig,
     Interrupt,
+    Interrupted,
     Outcome,
-    _Answer,
-    _Deadline,
-    _format_exception,
-    _Interrupted,
-    _Raised,
-    _Result,
-    _TimedOut,
+    Raised,
+    TimedOut,
     error_text,
+    format_exception,
 )
 from runq.worker.inflight import InFlight
 from runq.worker.settle import Settler
 
 if TYPE_CHECKING:
-    from runq.budget import BudgetGate
+    from runq.limits.budget import BudgetGate
 
 __all__ = ["Execution", "Executor", "ExecutorConfig", "Outcome", "live_handler_threads"]
 
@@ -144,7 +144,7 @@ class Executor(Settler):
         for execution in executions:
             groups.setdefault(self.timeout_of(execution.run), []).append(execution)
         for seconds, group in groups.items():
-            deadline = _Deadline(group, seconds)
+            deadline = Deadline(group, seconds)
             for execution in group:
                 execution.deadline = deadline
 
@@ -177,7 +177,7 @@ class Executor(Settler):
             pending = outcome is None
         except Exception as e:
             # A bug here must not take the daemon down with one run.
-            log.error("run.executor_error", exc=_format_exception(e), **self._fields(run))
+            log.error("run.executor_error", exc=format_exception(e), **self._fields(run))
             outcome = Outcome("unsettled", applied=False, error=error_text(e))
         finally:
             if execution.events is not None:
@@ -202,12 +202,12 @@ class Executor(Settler):
             self._handler_ended(ex)
             return await self._settle_cancelled(ex)
         result = await self._invoke(ex, handler)
-        if ex.events is not None and not isinstance(result, _Answer):
+        if ex.events is not None and not isinstance(result, Answer):
             # Every event before the outcome, so the final one is last (an answer's
             # completion carries the unwritten ones itself: ``Settler._completion``).
             await ex.events.close()
         batching = hand_in and self.completer.running and not ex.shutdown_requested
-        if batching and isinstance(result, _Answer):
+        if batching and isinstance(result, Answer):
             return await self._hand_in(ex, result.value, TerminationReason.COMPLETED)
         outcome = await self._settle(ex, result)
         await self._trim_events(ex, outcome)
@@ -256,27 +256,27 @@ class Executor(Settler):
             ex.deadline.handler_ended()
             ex.deadline = None
 
-    async def _invoke(self, ex: Execution, handler: Handler) -> _Result:
+    async def _invoke(self, ex: Execution, handler: Handler) -> ExecutionResult:
         ctx = self._context(ex)
         task = asyncio.current_task()
-        result: _Result
+        result: ExecutionResult
         try:
             if ex.interrupted is not None or ex.timed_out:
-                result = _Raised(RuntimeError("handler was not started"))
+                result = Raised(RuntimeError("handler was not started"))
             else:
                 ex.calling = task
                 if self._is_async(handler):
-                    result = _Answer(await handler(ctx, ctx.payload))
+                    result = Answer(await handler(ctx, ctx.payload))
                 else:
-                    result = _Answer(await self._call_in_thread(handler, ctx, ex))
+                    result = Answer(await self._call_in_thread(handler, ctx, ex))
         except asyncio.CancelledError:
             if not ex.cancel_sent:
                 raise  # not ours: this process is being cancelled
-            result = _Raised(RuntimeError("handler was cancelled"))
+            result = Raised(RuntimeError("handler was cancelled"))
         except Exception as e:
-            result = _Raised(e)
+            result = Raised(e)
         except RunInterrupted as e:
-            result = _Raised(e)
+            result = Raised(e)
         finally:
             ex.calling = None
             self._handler_ended(ex)
@@ -284,9 +284,9 @@ class Executor(Settler):
             # Our interrupt was taken; a cancel of the task itself came too: let it go on.
             raise asyncio.CancelledError
         if ex.interrupted is not None:
-            result = _Interrupted(ex.interrupted)
-        elif ex.timed_out and not isinstance(result, _Answer):
-            result = _TimedOut(self.timeout_of(ex.run))
+            result = Interrupted(ex.interrupted)
+        elif ex.timed_out and not isinstance(result, Answer):
+            result = TimedOut(self.timeout_of(ex.run))
         await self._wait_for_thread(ex, result)
         return result
 
@@ -308,13 +308,13 @@ class Executor(Settler):
         # then decides whether to keep waiting for the thread (it cannot be interrupted).
         return await anyio.to_thread.run_sync(call, abandon_on_cancel=True, limiter=self._limiter)
 
-    async def _wait_for_thread(self, ex: Execution, result: _Result) -> None:
+    async def _wait_for_thread(self, ex: Execution, result: ExecutionResult) -> None:
         """Hold slot and lease until an interrupted plain function returns, so a retry or
         requeue never runs beside it. Not on a lost lease (it is gone) nor in the drain."""
         done = ex.thread_done
         if done is None or done.is_set():
             return
-        if isinstance(result, _Interrupted) and result.reason is not Interrupt.CANCELLED:
+        if isinstance(result, Interrupted) and result.reason is not Interrupt.CANCELLED:
             return
         log.info("run.waiting_for_thread", **self._fields(ex.run))
         while not done.is_set() and not ex.shutdown_requested:

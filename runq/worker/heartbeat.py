@@ -16,10 +16,9 @@ from dataclasses import dataclass
 
 import anyio
 
-from runq.backoff import backoff_delay
 from runq.config import Config
 from runq.log import get_logger
-from runq.metrics import STORE_ERRORS
+from runq.loops import HEARTBEAT_BACKOFF, Retry, run_periodically
 from runq.store.base import Store
 from runq.worker.execution import Interrupt
 from runq.worker.inflight import InFlight
@@ -78,18 +77,20 @@ class Heartbeat:
         return HeartbeatReport(renewed=len(result.renewed), lost=len(lost), cancelled=cancelled)
 
     async def run(self) -> None:
-        failures = 0
-        while True:
-            try:
-                await self.run_once()
-                failures = 0
-                delay = self.config.interval
-            except Exception as e:
-                failures += 1
-                STORE_ERRORS.labels(service="heartbeat").inc()
-                # Sooner than the interval: a lease needs a renewal within the grace.
-                delay = min(self.config.interval, backoff_delay(failures, cap=2.0, base=0.2))
-                log.warning("heartbeat.failed", error=str(e) or type(e).__name__)
-            with anyio.move_on_after(delay):
-                await self._soon.wait()
-            self._soon = anyio.Event()
+        # After a failure, sooner than the interval: a lease needs a renewal within the grace.
+        retry = Retry(
+            HEARTBEAT_BACKOFF,
+            metric="heartbeat",
+            event="heartbeat.failed",
+            log_delay=False,
+            ceiling=self.config.interval,
+        )
+        await run_periodically(
+            self.run_once, retry=retry, interval=self.config.interval, sleep=self._wait
+        )
+
+    async def _wait(self, seconds: float) -> None:
+        """Until the next pass is due, or sooner when ``renew_soon`` asks for it."""
+        with anyio.move_on_after(seconds):
+            await self._soon.wait()
+        self._soon = anyio.Event()

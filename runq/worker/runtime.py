@@ -13,9 +13,9 @@ from contextlib import asynccontextmanager
 
 import anyio
 
-from runq.budget import BudgetGate
 from runq.components import ComponentRegistry
 from runq.config import Config
+from runq.limits.budget import BudgetGate
 from runq.metrics import BUDGET_REFUSALS
 from runq.store.base import Store
 from runq.taskgroups import sole_exception

@@ -16,7 +16,6 @@ import anyio
 import anyio.lowlevel
 import msgspec
 
-from runq.backoff import backoff_delay
 from runq.errors import (
     BudgetExhausted,
     LeaseLost,
@@ -27,28 +26,29 @@ from runq.errors import (
     RunInterrupted,
 )
 from runq.log import get_logger
+from runq.loops import UNAVAILABLE_ERRORS, WRITE_BACKOFF, Retry
 from runq.metrics import FENCED_WRITES, LEASES_LOST, RUN_DURATION, RUNS_FINISHED, STORE_ERRORS
 from runq.model import Completion, FailOutcome, Run, TerminationReason, retry_delay
 from runq.privacy import keep_answer_async, keep_error
 from runq.store.base import Store
-from runq.worker.completer import TRANSIENT_ERRORS, Completer, WriteResult
+from runq.worker.completer import Completer, WriteResult
 from runq.worker.execution import (
     SHUTDOWN_ERROR,
+    Answer,
     Execution,
+    ExecutionResult,
     ExecutorConfig,
     Interrupt,
+    Interrupted,
     Outcome,
-    _Answer,
-    _format_exception,
-    _Interrupted,
-    _Result,
-    _TimedOut,
+    TimedOut,
     error_text,
+    format_exception,
 )
 from runq.worker.inflight import InFlight
 
 if TYPE_CHECKING:
-    from runq.budget import BudgetGate
+    from runq.limits.budget import BudgetGate
 
 log = get_logger("runq.worker.executor")  # one logger name for the whole executor
 
@@ -159,14 +159,14 @@ class Settler:
         except Exception as e:  # the run is settled; its events wait for the next settle
             log.warning("run.trim_events_failed", error=error_text(e), **self._fields(ex.run))
 
-    async def _settle(self, ex: Execution, result: _Result) -> Outcome:
-        if ex.shutdown_requested and not isinstance(result, _Answer):
+    async def _settle(self, ex: Execution, result: ExecutionResult) -> Outcome:
+        if ex.shutdown_requested and not isinstance(result, Answer):
             return await self._fail(ex, SHUTDOWN_ERROR, retryable=True, delay=0.0)
-        if isinstance(result, _Answer):
+        if isinstance(result, Answer):
             return await self._complete(ex, result.value, TerminationReason.COMPLETED)
-        if isinstance(result, _TimedOut):
+        if isinstance(result, TimedOut):
             return await self._fail(ex, f"timed out after {result.seconds:g} s", retryable=True)
-        if isinstance(result, _Interrupted):
+        if isinstance(result, Interrupted):
             return await self._settle_interrupt(ex, result.reason)
         return await self._settle_raised(ex, result.error)
 
@@ -204,7 +204,7 @@ class Settler:
         log.error(
             "run.raised",
             error_type=type(error).__name__,
-            exc=keep_error(self.config.privacy_level, _format_exception(error)),
+            exc=keep_error(self.config.privacy_level, format_exception(error)),
             **self._fields(ex.run),
         )
         return await self._fail(ex, message, retryable=True, detail=full)
@@ -223,21 +223,20 @@ class Settler:
         reaper settles the run."""
         timeout = self.config.settle_timeout_seconds
         deadline = None if timeout is None else time.monotonic() + timeout
-        failures = 0
+        retry = Retry(WRITE_BACKOFF, metric="executor", event=None)
         while True:
             try:
                 if not ex.shutdown_requested:
                     return await call()
                 return await _finish_before_cancel(call)
-            except TRANSIENT_ERRORS as e:
-                failures += 1
-                STORE_ERRORS.labels(service="executor").inc()
+            except UNAVAILABLE_ERRORS as e:
+                delay = retry.failed(e)
                 if deadline is not None and time.monotonic() >= deadline:
                     log.error(
                         "run.settle_failed", verb=verb, error=error_text(e), **self._fields(ex.run)
                     )
                     return None
-                await anyio.sleep(backoff_delay(failures, cap=2.0, base=0.1))
+                await anyio.sleep(delay)
             except Exception as e:
                 # Not the database being away: retrying would repeat it. The reaper settles
                 # the run once its lease goes stale.
@@ -246,7 +245,7 @@ class Settler:
                     "run.settle_failed",
                     verb=verb,
                     error=error_text(e),
-                    exc=_format_exception(e),
+                    exc=format_exception(e),
                     **self._fields(ex.run),
                 )
                 return None

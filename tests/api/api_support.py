@@ -12,7 +12,8 @@ import jwt
 from helpers import wait_for
 from serve_harness import REPO_DIR, TESTS_DIR, RunqServer
 
-from runq.model import Actor, Run, Status, new_run_id
+from runq.ids import new_run_id
+from runq.model import Actor, Run, Status
 
 API_TESTS_DIR = Path(__file__).resolve().parent
 JWT_SECRET = "jwt-test-secret-0123456789abcdef-0123456789abcdef-0123456789abcdef"

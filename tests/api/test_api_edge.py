@@ -15,6 +15,7 @@ from runq.api import ApiServices
 from runq.api.app import create_app
 from runq.api.edge import is_json_media_type, same_origin, split_host
 from runq.config import Config, HttpConfig, JwtConfig, StoreConfig
+from runq.ops.operations import Operations
 from runq.queue import Queue
 
 pytestmark = pytest.mark.anyio
@@ -46,6 +47,7 @@ async def queue(tmp_path: Path) -> AsyncIterator[Queue]:
 def client_for(queue: Queue, http: HttpConfig) -> AsyncTestClient[Any]:
     services = ApiServices(
         queue=queue,
+        ops=Operations(queue.store, queue.config),
         config=Config(store=queue.config.store, http=http),
         worker_enabled=True,
         render_metrics=_nothing,

@@ -17,6 +17,7 @@ from runq.api import ApiServices
 from runq.api.app import create_app
 from runq.config import Config, HttpConfig, StoreConfig
 from runq.errors import ConfigError, SealError, StoreUnavailable
+from runq.ops.operations import Operations
 from runq.queue import Queue
 
 pytestmark = pytest.mark.anyio
@@ -46,6 +47,7 @@ class Probe:
 def services(queue: Queue, probe: Probe, *, worker: bool = True) -> ApiServices:
     return ApiServices(
         queue=queue,
+        ops=Operations(queue.store, queue.config),
         config=queue.config,
         worker_enabled=worker,
         render_metrics=probe.metrics,
@@ -93,7 +95,7 @@ async def test_store_unavailable_is_503_with_retry_after(
         raise StoreUnavailable("database at sqlite:///x is unreachable")
 
     monkeypatch.setattr(queue.store, "submit", down)
-    monkeypatch.setattr(queue, "get", down)
+    monkeypatch.setattr(queue.store, "get", down)
     for response in (
         await client.post("/runs", json=submission()),
         await client.get("/runs/some-id"),
@@ -132,7 +134,7 @@ async def test_a_seal_failure_is_500_naming_the_run_not_the_value(
     async def sealed(*args: Any, **kwargs: Any) -> Any:
         raise SealError("run r1: payload failed to open")
 
-    monkeypatch.setattr(queue, "get", sealed)
+    monkeypatch.setattr(queue.store, "get", sealed)
     body = assert_error(await client.get("/runs/r1"), 500, "seal_error")
     assert "r1" in body["detail"]
 
@@ -166,6 +168,7 @@ async def test_create_app_refuses_an_unreadable_key(
     )
     broken = ApiServices(
         queue=queue,
+        ops=Operations(queue.store, queue.config),
         config=config,
         worker_enabled=True,
         render_metrics=Probe().metrics,

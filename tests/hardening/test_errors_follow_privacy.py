@@ -185,14 +185,14 @@ async def test_only_the_admin_surface_shows_the_detail(
 async def test_the_detail_is_purged_with_its_run(runq_setup: RunqSetup) -> None:
     run, _ = await _failed_run(runq_setup, "redacted")
     async with runq_setup.queue() as q:
-        assert await q.error_detail(run["id"]) == FULL
+        assert await q.store.error_detail(run["id"]) == FULL
         purged = await at_offset(
             q.store,
             60,
             lambda: q.store.purge_batch(retention_seconds=1, paused_retention_seconds=0, limit=100),
         )
         assert purged == 1
-        assert await q.error_detail(run["id"]) is None
+        assert await q.store.error_detail(run["id"]) is None
 
 
 async def test_key_rotation_reseals_the_detail(runq_setup: RunqSetup) -> None:

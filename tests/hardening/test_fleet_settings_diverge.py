@@ -30,6 +30,7 @@ from store.factories import at_offset
 
 from runq.config import FLEET_SETTINGS
 from runq.model import WorkerInfo
+from runq.ops.operations import Operations
 
 pytestmark = [pytest.mark.anyio, pytest.mark.daemon]
 
@@ -130,12 +131,12 @@ async def test_only_live_workers_count(runq_setup: RunqSetup) -> None:
             settings={**mine, "retention_seconds": 60.0},
         )
         await at_offset(q.store, -300, lambda: q.store.register_worker(gone))
-        assert (await q.stats()).fleet_divergences == []
+        assert (await Operations(q.store, q.config).stats()).fleet_divergences == []
         code, status = await _status(runq_setup)
         assert code == 0, status
 
         await q.store.register_worker(gone)  # seen again: now it counts
-        [divergence] = (await q.stats()).fleet_divergences
+        [divergence] = (await Operations(q.store, q.config).stats()).fleet_divergences
         assert divergence.setting == "retention_seconds"
         assert [v.workers for v in divergence.values] == [["w-gone"], ["w-live"]]
 

@@ -121,10 +121,10 @@ async def test_three_replicas_through_pgbouncer_share_the_runs_exactly_once(
                 ids.add(str(response.json()["run_id"]))
             else:
                 ids.add((await q.defer("task", "record", {"h": i})).run.id)
-        await q.store.notify("wake")
+        await q.store.notifications().send("wake")
 
         async def all_completed() -> bool:
-            return bool((await q.stats()).counts.get("completed", 0) == RUNS)
+            return bool((await q.store.stats()).counts.get("completed", 0) == RUNS)
 
         await wait_for(all_completed, timeout=120, interval=0.25, message="every run completes")
 

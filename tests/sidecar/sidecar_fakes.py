@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from runq.budget import BudgetLeft
 from runq.context import RunContext
+from runq.limits.budget import BudgetLeft
 from runq.model import Actor, Resume
 
 

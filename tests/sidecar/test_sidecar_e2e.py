@@ -266,8 +266,10 @@ async def test_openai_chat_records_usage_for_the_budget_gate(
 
     # The first run spent the day's 1000 tokens: the gate now keeps the next one queued.
     second = await submit(server, "agent/summarize", {"prompt": "And this."})
-    await anyio.sleep(2.0)  # several sweeps (poll_interval 0.2) that must not claim it
-    assert (await job(server, second))["status"] == "queued"
+    await server.wait_for_claim_passes(5)  # passes that saw it and must not claim it
+    view = await job(server, second)
+    assert view["status"] == "queued"
+    assert view["waiting"]["kind"] == "budget", view
     assert len(app_server.on("/v1/chat/completions")) == 1
 
 

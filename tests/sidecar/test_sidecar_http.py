@@ -16,7 +16,7 @@ from helpers import wait_for
 
 from runq.errors import ConfigError, PauseRequested, Permanent, Retryable
 from runq.model import Resume
-from runq.sidecar._common import parse_retry_after
+from runq.sidecar.http_calls import parse_retry_after
 from runq.sidecar.http_component import build_http_component, read_settings
 from sidecar.sidecar_fakes import FakeHooks, make_ctx
 from sidecar.sidecar_servers import Reply, ScriptedServer, free_port

@@ -1,4 +1,4 @@
-"""Claims from the queue's head (PostgreSQL, ``runq/store/postgres/head.py``): while claims
+"""Claims from the queue's head (PostgreSQL, ``runq/store/postgres/claim_head.py``): while claims
 come back full, a claim starts at the head read at most a second ago instead of walking the
 dead index entries of every run claimed since the last vacuum. The claim order must not
 change: priority first, then ``available_at``, then id; a run of a better priority that
@@ -12,7 +12,7 @@ import math
 import pytest
 from factories import StoreHandle, engine_ready, handle, new_run
 
-import runq.store.postgres.head as head_module
+import runq.store.postgres.claim_head as head_module
 from runq.model import Lease, Run
 from runq.store.base import Store
 

@@ -34,7 +34,7 @@ Opener = Callable[..., AbstractAsyncContextManager[Queue]]
 
 
 async def queued(q: Queue) -> int:
-    return (await q.stats()).counts.get("queued", 0)
+    return (await q.store.stats()).counts.get("queued", 0)
 
 
 @pytest.fixture

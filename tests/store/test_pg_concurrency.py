@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from conftest import PG_URL, TEST_KEY, drop_schema, new_schema_name, require_postgres
 
+from runq.listing import RunFilter
 from runq.model import Completion, FailOutcome, NewRun, Status
 from runq.seal import KeyRing
 from runq.store import make_store
@@ -100,7 +101,7 @@ async def _final_counts(schema: str) -> dict[str, int]:
     store = make_store(PG_URL, schema=schema, sealer=KeyRing([TEST_KEY]))
     await store.connect()
     try:
-        page = await store.list_jobs(statuses=[Status.COMPLETED], limit=1)
+        page = await store.list_jobs(where=RunFilter(statuses=(Status.COMPLETED,)), limit=1)
         stats = await store.stats()
         assert page.total_count == stats.counts.get("completed", 0)
         return {k: v for k, v in stats.counts.items() if v}

@@ -34,6 +34,7 @@ from runq.errors import (
     QueueFull,
     StoreUnavailable,
 )
+from runq.listing import RunFilter
 from runq.model import (
     Actor,
     BudgetBlock,
@@ -101,7 +102,7 @@ async def raw(sql: str, *args: Any) -> list[asyncpg.Record]:
 
 async def test_identity_and_channel(store: PostgresStore, schema: str) -> None:
     assert store.engine == "postgres"
-    assert store.supports_listen is True
+    assert store.notifications().crosses_processes is True
     assert store.clock_offset_seconds == 0.0
     assert store.schema == schema
     assert store.url == PG_URL
@@ -496,8 +497,8 @@ async def test_stats_health_listing_and_reseal(store: PostgresStore) -> None:
     page = await store.list_jobs(limit=2, sort_by="created_at; DROP TABLE x", sort_order="asc")
     assert page.total_count == 3
     assert len(page.data) == 2
-    assert (await store.list_jobs(user_id="u")).total_count == 1
-    assert (await store.list_jobs(statuses=[Status.FAILED])).total_count == 0
+    assert (await store.list_jobs(where=RunFilter(user_id="u"))).total_count == 1
+    assert (await store.list_jobs(where=RunFilter(statuses=(Status.FAILED,)))).total_count == 0
     rotated = PostgresStore(PG_URL, schema=store.schema, sealer=KeyRing([bytes(32), KEY]))
     await rotated.connect()
     try:

@@ -9,7 +9,7 @@ import pytest
 from factories import StoreHandle, engine_ready, handle
 
 from runq.config.limits import LimitConfig
-from runq.flow import FlowRules
+from runq.limits import LimitRules
 
 pytestmark = pytest.mark.anyio
 
@@ -41,6 +41,6 @@ async def test_an_older_window_neither_adds_nor_resets(handle: StoreHandle) -> N
 
 
 def test_a_clock_past_a_window_end_is_seen() -> None:
-    rules = FlowRules.from_limits({"task/*": LimitConfig(rate="20/second")})
+    rules = LimitRules.from_limits({"task/*": LimitConfig(rate="20/second")})
     assert rules.crosses_window(7.9, 8.1)
     assert not rules.crosses_window(8.1, 8.9)

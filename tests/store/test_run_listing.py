@@ -55,7 +55,7 @@ async def test_filters_combine(store: Store) -> None:
     both = RunFilter(session_id="s", deployment_id="blue", statuses=(Status.QUEUED,))
     assert await _ids(store, both) == [first.id]
     assert await _ids(store, RunFilter(statuses=(Status.FAILED,))) == []
-    page = await store.list_jobs(where=RunFilter(deployment_id="blue"), statuses=[Status.QUEUED])
+    page = await store.list_jobs(where=RunFilter(deployment_id="blue", statuses=(Status.QUEUED,)))
     assert page.total_count == 2
 
 

@@ -19,6 +19,7 @@ from runq.errors import (
     QueueFull,
     StoreUnavailable,
 )
+from runq.listing import RunFilter
 from runq.model import (
     Actor,
     BudgetBlock,
@@ -252,10 +253,12 @@ async def test_purge_stats_list_usage_reseal(store: SqliteStore, tmp_path: Path)
     assert stats.oldest_queued_age_seconds is not None
     health = await store.health(lock_grace_seconds=60, worker_max_age_seconds=60)
     assert "" in health.oldest_queued_age_by_deployment
-    page = await store.list_jobs(statuses=[Status.COMPLETED], limit=2, sort_by="bogus; DROP")
+    page = await store.list_jobs(
+        where=RunFilter(statuses=(Status.COMPLETED,)), limit=2, sort_by="bogus; DROP"
+    )
     assert page.total_count == 3
     assert len(page.data) == 2
-    assert (await store.list_jobs(user_id="u0")).total_count == 3
+    assert (await store.list_jobs(where=RunFilter(user_id="u0"))).total_count == 3
     key = UsageKey("user", "u0", 0.0)
     await store.count_claimed_run([key])
     await store.record_usage("w", runs[0].lease, tokens=5, cost=0.5, keys=[key])

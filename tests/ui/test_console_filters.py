@@ -77,7 +77,7 @@ def _new(i: int) -> NewRun:
 
 
 async def _newest_created_at(queue: Queue) -> float:
-    return (await queue.list_jobs(limit=1)).data[0].created_at
+    return (await queue.store.list_jobs(limit=1)).data[0].created_at
 
 
 async def seed_runs(queue: Queue) -> tuple[list[Seed], float]:

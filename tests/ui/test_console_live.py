@@ -1,4 +1,4 @@
-"""The console's live and flow-control pages in a real Chromium against a real ``runq
+"""The console's live, schedules and limits pages in a real Chromium against a real ``runq
 serve``, on both engines: rows and a timeline that fill without a reload, the chart, the
 schedules page's pause and resume, and the limits page's use and pauses."""
 

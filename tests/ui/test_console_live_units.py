@@ -7,11 +7,11 @@ import anyio
 import pytest
 
 from runq.config import LimitConfig
-from runq.flow import FlowRules, FlowState, Pause
+from runq.limits import LimitRules, LimitState, Pause
 from runq.listing import Page
 from runq.model import Actor, QueuedCount, Run, Status
+from runq.ops.limits_use import limits_use
 from runq.ui.chart import HEIGHT, MINUTES, ThroughputCache, throughput_from_rows
-from runq.ui.limits import limits_use
 from runq.ui.live_runs import ChangeHint, ListingCache, page_version
 
 pytestmark = pytest.mark.anyio
@@ -164,14 +164,14 @@ async def test_a_hint_wakes_every_waiting_stream() -> None:
 
 
 def test_limits_use_sums_running_held_and_paused_per_group() -> None:
-    rules = FlowRules.from_limits(
+    rules = LimitRules.from_limits(
         {
             "task/sleep": LimitConfig(max_running=2),
             "task/*": LimitConfig(rate="5/minute"),
             "team/*": LimitConfig(max_running_per_key=1),
         }
     )
-    state = FlowState(
+    state = LimitState(
         now=NOW,
         running={"task/sleep": 2, "task/echo": 1, "team/a": 2},
         windows={"task/*": (NOW // 60 * 60, 5)},

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
 
-from runq.flow import FlowRules
+import asyncpg
+
+from runq.limits import LimitRules
 from runq.model import BudgetBlock, Run
 from runq.seal import Sealer
-from runq.store import rows
+from runq.store import codec
 from runq.store.postgres import statements as pg_sql
+from runq.store.postgres.claim_head import ClaimHead
 from runq.store.postgres.connection import Pool
-from runq.store.postgres.head import ClaimHead
-from runq.store.postgres.statements.common import channel_name
+from runq.store.postgres.notifications import PostgresNotifications
+from runq.store.postgres.statements.fragments import channel_name
 from runq.store.statements import check_schema
 
 #: The claim path's own connections (opened on the first claim): one per claim loop of the
@@ -24,7 +26,7 @@ from runq.store.statements import check_schema
 CLAIM_CONNECTIONS = 2
 
 
-def _blocked_params(blocked: BudgetBlock | None) -> list[list[str]]:
+def blocked_params(blocked: BudgetBlock | None) -> list[list[str]]:
     """The four text[] parameters of the budget exclusion (empty arrays exclude nothing)."""
     if blocked is None or blocked.empty:
         return [[], [], [], []]
@@ -37,8 +39,8 @@ def _blocked_params(blocked: BudgetBlock | None) -> list[list[str]]:
     ]
 
 
-def _running(
-    found: Sequence[Any],
+def clocks_and_running(
+    found: Sequence[asyncpg.Record],
 ) -> tuple[float, float, list[tuple[str, str | None, int]]]:
     """(the transaction's clock, the statement's clock, running counts) from
     ``running_by_component``: its first row carries the clocks and no component."""
@@ -76,7 +78,6 @@ class PostgresBase:
     """
 
     engine = "postgres"
-    supports_listen = True
 
     def __init__(
         self,
@@ -99,7 +100,7 @@ class PostgresBase:
         self.schema = check_schema(schema)
         self.clock_offset_seconds = 0.0
         #: ``[limits]`` applied by this process's claims (set by ``open_store``).
-        self.flow = FlowRules()
+        self.limits = LimitRules()
         self._sealer = sealer
         self._migration_timeout = migration_timeout
         self._db = Pool(
@@ -135,8 +136,11 @@ class PostgresBase:
         #: a completion carrying events numbers them from it in one statement, checked
         #: there; a run missing here, or whose number moved, takes the longer transaction.
         self._event_seqs = EventSeqs()
-        #: Where this store's claims start walking the claim index (``head.py``).
+        #: Where this store's claims start walking the claim index (``claim_head.py``).
         self._claim_head = ClaimHead()
+        self._notifications = PostgresNotifications(
+            self.notify, self.channel, self.listen_url, keepalive_sql=self._sql_cache.ping
+        )
 
     @property
     def channel(self) -> str:
@@ -152,8 +156,8 @@ class PostgresBase:
             self._sql_cache = pg_sql.build(self.schema, self._sql_offset)
         return self._sql_cache
 
-    def _run(self, row: Any) -> Run:
-        return rows.row_to_run(row, self._sealer)
+    def _run(self, row: asyncpg.Record) -> Run:
+        return codec.row_to_run(row, self._sealer)
 
     @property
     def listen_url(self) -> str | None:
@@ -162,6 +166,14 @@ class PostgresBase:
         if self._listen_url:
             return self._listen_url
         return None if self._pgbouncer else self.url
+
+    def notifications(self) -> PostgresNotifications:
+        """This installation's channel in this process (``NOTIFY``, ``LISTEN``)."""
+        return self._notifications
+
+    async def notify(self, payload: str) -> None:
+        """NOTIFY this installation's channel."""
+        await self._db.fetchval(self._sql.notify, self.channel, payload)
 
     async def connect(self) -> None:
         await self._db.connect()

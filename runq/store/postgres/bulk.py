@@ -14,9 +14,11 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+import asyncpg
+
 from runq.model import NewRun, Run
 from runq.seal import Sealer
-from runq.store import rows
+from runq.store import codec
 from runq.store.postgres import statements as pg_sql
 
 #: Rows per COPY statement: each costs a round trip, and the first chunk is not overlapped.
@@ -25,7 +27,7 @@ COPY_CHUNK = 250
 SEAL_SLICE = 50
 
 
-def copy_record(v: rows.InsertValues, new: NewRun, now: float) -> tuple[Any, ...]:
+def copy_record(v: codec.InsertValues, new: NewRun, now: float) -> tuple[Any, ...]:
     """One row for ``SUBMIT_COPY_COLUMNS``: queued, attempt 0, created and updated now."""
     return (
         v.id,
@@ -55,7 +57,7 @@ def copy_record(v: rows.InsertValues, new: NewRun, now: float) -> tuple[Any, ...
 class RunCopy:
     """One bulk write of new runs into ``schema``'s run table on one connection."""
 
-    def __init__(self, con: Any, schema: str, sealer: Sealer, now: float) -> None:
+    def __init__(self, con: asyncpg.Connection, schema: str, sealer: Sealer, now: float) -> None:
         self._con = con
         self._schema = schema
         self._sealer = sealer
@@ -70,12 +72,12 @@ class RunCopy:
         positions: Sequence[int],
         *,
         runs: dict[int, Run] | None = None,
-    ) -> dict[int, rows.InsertValues]:
+    ) -> dict[int, codec.InsertValues]:
         """COPY the runs at ``positions`` of ``news``; returns what was written for each.
         ``runs``: also filled with each written run as a ``Run``, built while the database
         writes its chunk. Raises what the COPY raised (a taken idempotency key:
         ``UniqueViolationError``)."""
-        written: dict[int, rows.InsertValues] = {}
+        written: dict[int, codec.InsertValues] = {}
         try:
             for start in range(0, len(positions), COPY_CHUNK):
                 chunk = positions[start : start + COPY_CHUNK]
@@ -101,14 +103,14 @@ class RunCopy:
         news: Sequence[NewRun],
         encoded: Sequence[bytes | None],
         chunk: Sequence[int],
-        written: dict[int, rows.InsertValues],
+        written: dict[int, codec.InsertValues],
         runs: dict[int, Run],
     ) -> None:
         """The chunk's runs as ``Run`` objects, built in slices while its COPY goes out."""
         for start in range(0, len(chunk), SEAL_SLICE):
             await asyncio.sleep(0)  # the COPY in flight sends its rows meanwhile
             for i in chunk[start : start + SEAL_SLICE]:
-                runs[i] = rows.fresh_run(news[i], written[i], encoded[i], self._now)
+                runs[i] = codec.fresh_run(news[i], written[i], encoded[i], self._now)
 
     async def _build(
         self,
@@ -116,12 +118,12 @@ class RunCopy:
         ids: Sequence[str],
         encoded: Sequence[bytes | None],
         chunk: Sequence[int],
-        written: dict[int, rows.InsertValues],
+        written: dict[int, codec.InsertValues],
     ) -> list[tuple[Any, ...]]:
         records: list[tuple[Any, ...]] = []
         for start in range(0, len(chunk), SEAL_SLICE):
             part = chunk[start : start + SEAL_SLICE]
-            values = rows.insert_values_many(
+            values = codec.insert_values_many(
                 [news[i] for i in part],
                 [ids[i] for i in part],
                 self._sealer,

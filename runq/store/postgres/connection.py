@@ -207,11 +207,19 @@ class Pool:
         with contextlib.suppress(Exception):
             await pool.expire_connections()
 
-    async def fetch(self, sql: str, *args: Any, retry: bool = False) -> list[Any]:
+    async def fetch(self, sql: str, *args: Any, retry: bool = False) -> list[asyncpg.Record]:
         return await self.call(lambda p: p.fetch(sql, *args), retry=retry)
 
-    async def fetchrow(self, sql: str, *args: Any, retry: bool = False) -> Any:
+    async def fetchrow(self, sql: str, *args: Any, retry: bool = False) -> asyncpg.Record | None:
         return await self.call(lambda p: p.fetchrow(sql, *args), retry=retry)
+
+    async def fetchone(self, sql: str, *args: Any, retry: bool = False) -> asyncpg.Record:
+        """The row of a statement that always returns exactly one (an aggregate, an
+        upsert with RETURNING)."""
+        row = await self.fetchrow(sql, *args, retry=retry)
+        if row is None:
+            raise AssertionError("a one-row statement returned no row")
+        return row
 
     async def fetchval(self, sql: str, *args: Any, retry: bool = False) -> Any:
         return await self.call(lambda p: p.fetchval(sql, *args), retry=retry)

@@ -15,8 +15,8 @@ from runq.model import (
     RunEvent,
 )
 from runq.seal import Sealer
+from runq.store import codec
 from runq.store import events as event_rows
-from runq.store import rows
 from runq.store.postgres.base import EventSeqs, PostgresBase
 from runq.store.postgres.connection import Pool
 from runq.store.postgres.statements import Statements
@@ -123,7 +123,7 @@ async def complete_carrying(
         worker_id,
         [c.run_id for c in ordered],
         [c.attempt for c in ordered],
-        [rows.seal_answer(sealer, c) for c in ordered],
+        [codec.seal_answer(sealer, c) for c in ordered],
         [c.termination_reason.value for c in ordered],
         [expected[c.run_id] or 0 for c in ordered],
         [len(c.events) for c in ordered],
@@ -175,7 +175,7 @@ async def complete_with_events(
         worker_id,
         [c.run_id for c in ordered],
         [c.attempt for c in ordered],
-        [rows.seal_answer(sealer, c) for c in ordered],
+        [codec.seal_answer(sealer, c) for c in ordered],
         [c.termination_reason.value for c in ordered],
         *events,
         cleared,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import asyncpg
+
 from runq.model import (
     BudgetBlock,
     ClaimedRuns,
@@ -14,12 +16,13 @@ from runq.model import (
     HeartbeatResult,
     Lease,
 )
-from runq.store import messages, rows
+from runq.store import codec, messages, verb_results
 from runq.store.postgres.base import (
     PostgresBase,
-    _blocked_params,
-    _running,
+    blocked_params,
+    clocks_and_running,
 )
+from runq.store.postgres.connection import Pool
 from runq.store.postgres.events import complete_carrying
 
 #: One-statement limited claims tried before the locked transaction: each retry follows
@@ -44,8 +47,8 @@ class PostgresLifecycle(PostgresBase):
             return ClaimedRuns()
         sql = self._sql
         claims = await self._claim_pool()
-        rules = [serialize_sessions, *_blocked_params(blocked)]
-        if self.flow.enabled:
+        rules = [serialize_sessions, *blocked_params(blocked)]
+        if self.limits.enabled:
             found = await self._claim_limited(worker_id, slots, rules, deployment_id, run_id)
         elif run_id is not None:
             found = await claims.fetch(
@@ -57,7 +60,7 @@ class PostgresLifecycle(PostgresBase):
             found = await self._claim_plain(claims, worker_id, slots, rules)
         for row in found:
             self._event_seqs.note(row["id"], row["event_seq"])
-        runs, broken = rows.open_claimed(rows.in_claim_order(found), self._sealer)
+        runs, broken = verb_results.open_claimed(verb_results.in_claim_order(found), self._sealer)
         if broken:
             # Given back, not left running: a replica holding the wrong keys must neither
             # strand the batch nor spend attempts until the reaper dead-letters the runs.
@@ -71,13 +74,13 @@ class PostgresLifecycle(PostgresBase):
         return ClaimedRuns(runs, unopenable=(row["id"] for row, _ in broken))
 
     async def _claim_plain(
-        self, claims: Any, worker_id: str, slots: int, rules: list[Any]
-    ) -> list[Any]:
+        self, claims: Pool, worker_id: str, slots: int, rules: list[Any]
+    ) -> list[asyncpg.Record]:
         """The claim of a worker without a deployment: from the queue's head while there
-        is a backlog (``head.py``), else from the start of the claim index."""
+        is a backlog (``claim_head.py``), else from the start of the claim index."""
         sql, head = self._sql, self._claim_head
         if not head.backlog:
-            found: list[Any] = await claims.fetch(sql.claim, worker_id, slots, *rules)
+            found: list[asyncpg.Record] = await claims.fetch(sql.claim, worker_id, slots, *rules)
             head.backlog = len(found) == slots
             return found
         if head.stale():
@@ -110,20 +113,20 @@ class PostgresLifecycle(PostgresBase):
         rules: list[Any],
         deployment_id: str | None,
         run_id: str | None,
-    ) -> list[Any]:
+    ) -> list[asyncpg.Record]:
         """The claim under ``[limits]``: one statement (``admit``) while its snapshot is
         fresh; a claimer that keeps losing the race to others falls back to the locked
         transaction, which always makes progress."""
-        sql, flow = self._sql, self.flow
+        sql, limits = self._sql, self.limits
         claims = await self._claim_pool()
         dep = deployment_id or ""
         gate = [
-            flow.like_patterns,
-            flow.max_running_caps(),
-            flow.per_key_max(),
-            flow.rate_caps(),
-            flow.rate_periods(),
-            flow.patterns,
+            limits.like_patterns,
+            limits.max_running_caps(),
+            limits.per_key_max(),
+            limits.rate_caps(),
+            limits.rate_periods(),
+            limits.patterns,
         ]
         second: str | int = slots
         if run_id is not None:
@@ -147,31 +150,31 @@ class PostgresLifecycle(PostgresBase):
         rules: list[Any],
         deployment_id: str | None,
         run_id: str | None,
-    ) -> list[Any] | None:
+    ) -> list[asyncpg.Record] | None:
         """The claim under ``[limits]`` as a transaction: take the limits lock, count what
         runs and what each rate window has spent, claim within the room left, and count the
         starts into the rate windows. The lock makes the count and the claim one step for
         the fleet: a second claimer counts after this one commits. None (nothing claimed;
         try again) when the wait for the lock outlasted a rate window: the claim would
         stamp its runs with the transaction's start, in a window already gone."""
-        sql, flow = self._sql, self.flow
+        sql, limits = self._sql, self.limits
         async with self._db.transaction() as con:
             await con.execute(sql.limits_lock)
-            now, clock, rows_running = _running(await con.fetch(sql.running_by_component))
-            if flow.has_rates and flow.crosses_window(now, clock):
+            now, clock, rows_running = clocks_and_running(await con.fetch(sql.running_by_component))
+            if limits.has_rates and limits.crosses_window(now, clock):
                 return None
-            running = flow.running_by_group((c, n) for c, _, n in rows_running)
-            keyed = flow.key_running(rows_running)
-            used = [0] * len(flow.groups)
-            if flow.has_rates:
-                stored = await con.fetch(sql.rate_windows_get, flow.patterns)
-                used = flow.rate_used(
+            running = limits.running_by_group((c, n) for c, _, n in rows_running)
+            keyed = limits.key_running(rows_running)
+            used = [0] * len(limits.groups)
+            if limits.has_rates:
+                stored = await con.fetch(sql.rate_windows_get, limits.patterns)
+                used = limits.rate_used(
                     now, {r["pattern"]: (r["window_start"], r["used"]) for r in stored}
                 )
             gate = [
-                flow.like_patterns,
-                flow.room(running, used),
-                flow.per_key_max(),
+                limits.like_patterns,
+                limits.room(running, used),
+                limits.per_key_max(),
                 [i + 1 for i, _, _ in keyed],  # SQL arrays count from 1
                 [key for _, key, _ in keyed],
                 [n for _, _, n in keyed],
@@ -187,8 +190,8 @@ class PostgresLifecycle(PostgresBase):
                 )
             else:
                 found = await con.fetch(sql.claim_limited, worker_id, slots, *rules, dep, *gate)
-            if flow.has_rates and found:
-                bumps = flow.started(
+            if limits.has_rates and found:
+                bumps = limits.started(
                     now, (f"{r['component_type']}/{r['component_id']}" for r in found)
                 )
                 if bumps:
@@ -209,7 +212,7 @@ class PostgresLifecycle(PostgresBase):
             [le.run_id for le in ordered],
             [le.attempt for le in ordered],
         )
-        return rows.heartbeat_result(
+        return verb_results.heartbeat_result(
             leases,
             {(r["id"], r["attempt"]) for r in renewed},
             (r["id"] for r in renewed if r["cancel_requested"]),
@@ -223,16 +226,16 @@ class PostgresLifecycle(PostgresBase):
             applied = await complete_carrying(
                 self._db, self._sql, self._sealer, worker_id, ordered, self._event_seqs
             )
-            return rows.fence_result(completions, applied)
+            return verb_results.fence_result(completions, applied)
         done = await self._db.fetch(
             self._sql.complete,
             worker_id,
             [c.run_id for c in ordered],
             [c.attempt for c in ordered],
-            [rows.seal_answer(self._sealer, c) for c in ordered],
+            [codec.seal_answer(self._sealer, c) for c in ordered],
             [c.termination_reason.value for c in ordered],
         )
-        return rows.fence_result(completions, {r["id"] for r in done})
+        return verb_results.fence_result(completions, {r["id"] for r in done})
 
     async def fail(
         self,
@@ -252,14 +255,14 @@ class PostgresLifecycle(PostgresBase):
             retryable,
             max(float(retry_in_seconds), 0.0),
             error,
-            rows.seal_error_detail(self._sealer, lease.run_id, error_detail),
+            codec.seal_error_detail(self._sealer, lease.run_id, error_detail),
         )
-        return rows.fail_outcome(status)
+        return verb_results.fail_outcome(status)
 
     async def pause(
         self, worker_id: str, lease: Lease, *, reason: str, state: Any, summary: str | None = None
     ) -> bool:
-        sealed = rows.seal_json(self._sealer, "resume_state", lease.run_id, state)
+        sealed = codec.seal_json(self._sealer, "resume_state", lease.run_id, state)
         found = await self._db.fetchval(
             self._sql.pause, lease.run_id, lease.attempt, worker_id, reason, sealed, summary
         )

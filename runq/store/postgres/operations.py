@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 import anyio
 import asyncpg
 
-from runq.listing import ALL_RUNS, Page, RunCursor, RunFilter, RunList
-from runq.model import QueueHealth, ReapReport, Stats, Status, WorkerInfo
+from runq.model import QueueHealth, ReapReport, Run, Stats, WorkerInfo
 from runq.seal import SEALED_COLUMNS
+from runq.store import codec, messages
 from runq.store import events as event_rows
-from runq.store import messages, rows
+from runq.store.listings import Listing, ListingVerbs
 from runq.store.postgres import statements as pg_sql
 from runq.store.postgres.base import PostgresBase
 
@@ -21,13 +18,13 @@ def _counts(statuses: list[str] | None, ns: list[int] | None) -> dict[str, int]:
     return dict(zip(statuses or [], ns or [], strict=True))
 
 
-class PostgresOperations(PostgresBase):
+class PostgresOperations(ListingVerbs, PostgresBase):
     """A group of ``Store`` verbs; ``PostgresStore`` composes the groups."""
 
     async def reap_stale(self, *, lock_grace_seconds: float, limit: int) -> ReapReport:
         if limit <= 0:
             return ReapReport()
-        row = await self._db.fetchrow(
+        row = await self._db.fetchone(
             self._sql.reap,
             float(lock_grace_seconds),
             limit,
@@ -65,7 +62,7 @@ class PostgresOperations(PostgresBase):
             info.hostname,
             info.pid,
             info.deployment_id or "",
-            rows.encode_settings(info.settings),
+            codec.encode_settings(info.settings),
         )
 
     async def remove_worker(self, worker_id: str) -> None:
@@ -77,10 +74,10 @@ class PostgresOperations(PostgresBase):
 
     async def list_workers(self, *, max_age_seconds: float) -> list[WorkerInfo]:
         found = await self._db.fetch(self._sql.list_workers, float(max_age_seconds), retry=True)
-        return [rows.row_to_worker(r) for r in found]
+        return [codec.row_to_worker(r) for r in found]
 
     async def stats(self) -> Stats:
-        row = await self._db.fetchrow(self._sql.stats, retry=True)
+        row = await self._db.fetchone(self._sql.stats, retry=True)
         return Stats(
             counts=_counts(row["statuses"], row["ns"]),
             oldest_queued_age_seconds=row["oldest_age"],
@@ -89,7 +86,7 @@ class PostgresOperations(PostgresBase):
     async def health(
         self, *, lock_grace_seconds: float, worker_max_age_seconds: float
     ) -> QueueHealth:
-        row = await self._db.fetchrow(
+        row = await self._db.fetchone(
             self._sql.health, float(lock_grace_seconds), float(worker_max_age_seconds), retry=True
         )
         return QueueHealth(
@@ -104,43 +101,17 @@ class PostgresOperations(PostgresBase):
             oldest_transaction_pid=row["xact_pid"],
         )
 
-    async def list_jobs(
-        self,
-        *,
-        statuses: Sequence[Status] = (),
-        page: int = 1,
-        limit: int = 20,
-        sort_by: str = "created_at",
-        sort_order: str = "desc",
-        user_id: str | None = None,
-        where: RunFilter = ALL_RUNS,
-        after: RunCursor | None = None,
-    ) -> Page:
-        listing = rows.Listing.of(
-            rows.listing_filter(where, statuses, user_id),
-            after=after,
-            limit=limit,
-            page=page,
-            sort_by=sort_by,
-            sort_order=sort_order,
-        )
-        page_sql, page_args = listing.page_statement(pg_sql, self.schema)
-        count_sql, count_args = pg_sql.count_listed(self.schema, listing.where)
+    async def _read_listing(self, listing: Listing, *, count: bool) -> tuple[int, list[Run]]:
+        page_sql, page_args = listing.page_statement(pg_sql.LISTING, self.schema)
+        count_sql, count_args = listing.count_statement(pg_sql.LISTING, self.schema)
 
-        async def read(pool: asyncpg.Pool) -> tuple[int, list[Any]]:
+        async def read(pool: asyncpg.Pool) -> tuple[int, list[asyncpg.Record]]:
             async with pool.acquire() as con:
-                total = await con.fetchval(count_sql, *count_args)
-                found = await con.fetch(page_sql, *page_args)
-                return total, found
+                total = await con.fetchval(count_sql, *count_args) if count else 0
+                return total, await con.fetch(page_sql, *page_args)
 
         total, found = await self._db.call(read, retry=True)
-        return listing.as_page([self._run(r) for r in found], total)
-
-    async def list_runs(self, where: RunFilter, *, after: RunCursor | None, limit: int) -> RunList:
-        listing = rows.Listing.of(where, after=after, limit=limit)
-        page_sql, args = listing.page_statement(pg_sql, self.schema)
-        found = await self._db.fetch(page_sql, *args, retry=True)
-        return listing.as_run_list([self._run(r) for r in found])
+        return total, [self._run(r) for r in found]
 
     async def reseal_page(self, *, after_id: str, limit: int) -> tuple[str | None, int]:
         async with self._db.transaction() as con:
@@ -151,7 +122,7 @@ class PostgresOperations(PostgresBase):
             resealed = 0
             for row in page:
                 for column in SEALED_COLUMNS:
-                    new = rows.resealed(self._sealer, column, row["id"], row[column])
+                    new = codec.resealed(self._sealer, column, row["id"], row[column])
                     columns[column].append(row[column] if new is None else new)
                     resealed += new is not None
             if resealed:

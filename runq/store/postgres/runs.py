@@ -15,17 +15,12 @@ from runq.errors import (
     QueueFull,
     StoreUnavailable,
 )
-from runq.model import (
-    TRANSITIONS,
-    NewRun,
-    Run,
-    Status,
-    SubmitResult,
-    new_run_id,
-)
-from runq.store import batch, messages, rows
+from runq.ids import new_run_id
+from runq.model import TRANSITIONS, NewRun, Run, Status, SubmitResult
+from runq.store import batch, codec, messages, verb_results
 from runq.store.postgres.base import PostgresBase
 from runq.store.postgres.bulk import RunCopy
+from runq.store.postgres.connection import Pool
 
 #: How often submit re-runs after losing an idempotency race (the winner is then visible).
 _SUBMIT_ATTEMPTS = 3
@@ -45,7 +40,7 @@ class PostgresRuns(PostgresBase):
     ) -> SubmitResult:
         run_id = new.id or new_run_id()
         # Encode before any SQL: a value that is not JSON raises InvalidPayload, nothing written.
-        values = rows.insert_values(new, run_id, self._sealer, rows.encoded_payload(new))
+        values = codec.insert_values(new, run_id, self._sealer, codec.encoded_payload(new))
         args = (
             *values,
             max(max_queue_depth, 0),
@@ -60,7 +55,11 @@ class PostgresRuns(PostgresBase):
         return await self._submit_row(new, args, max_queue_depth, self._db)
 
     async def _submit_row(
-        self, new: NewRun, args: Sequence[Any], max_queue_depth: int, db: Any
+        self,
+        new: NewRun,
+        args: Sequence[Any],
+        max_queue_depth: int,
+        db: Pool | asyncpg.Connection,
     ) -> SubmitResult:
         """The submit statement on ``db`` (the pool, or a connection inside a transaction);
         ``args`` as ``_submit_sql`` numbers them."""
@@ -71,6 +70,7 @@ class PostgresRuns(PostgresBase):
                 row = await db.fetchrow(self._sql.submit, *args)
             except asyncpg.UniqueViolationError as e:  # the primary key: an explicit id reused
                 raise Conflict(messages.run_exists(run_id)) from e
+            assert row is not None  # the submit statement always answers with one row
             if row["id"] is not None:
                 return SubmitResult(self._run(row), True)
             if row["existing_id"] is not None:
@@ -101,7 +101,7 @@ class PostgresRuns(PostgresBase):
         if not ids:
             return ids
         # Every payload encoded before any SQL, so a bad value writes nothing.
-        encoded = list(map(rows.encoded_payload, news))
+        encoded = list(map(codec.encoded_payload, news))
         try:
             async with self._db.transaction() as con:
                 # One clock for the batch, the transaction's (what the INSERT would use);
@@ -127,7 +127,7 @@ class PostgresRuns(PostgresBase):
             return []
         ids = batch.run_ids(news)
         # Every payload encoded before any SQL, so a bad value writes nothing.
-        encoded = [rows.encoded_payload(n) for n in news]
+        encoded = [codec.encoded_payload(n) for n in news]
         limits = batch.DepthLimits(max_queue_depth, max_delayed, max_queued_per_user)
         for _ in range(_SUBMIT_ATTEMPTS):
             try:
@@ -174,7 +174,9 @@ class PostgresRuns(PostgresBase):
             for i, answer in enumerate(plan.answer)
         ]
 
-    async def _lock_unique(self, con: Any, news: Sequence[NewRun]) -> batch.HeldUnique:
+    async def _lock_unique(
+        self, con: asyncpg.Connection, news: Sequence[NewRun]
+    ) -> batch.HeldUnique:
         """Lock the batch's unique keys (sorted, so two batches never deadlock) and return
         the ones whose run still holds them."""
         specs = {batch.unique_slot(n): n.unique for n in news if n.unique is not None}
@@ -192,7 +194,9 @@ class PostgresRuns(PostgresBase):
                 held[slot] = row["id"]
         return held
 
-    async def _stored_keys(self, con: Any, news: Sequence[NewRun]) -> batch.StoredKeys:
+    async def _stored_keys(
+        self, con: asyncpg.Connection, news: Sequence[NewRun]
+    ) -> batch.StoredKeys:
         slots = {s for s in map(batch.idempotency_slot, news) if s is not None}
         if not slots:
             return {}
@@ -203,7 +207,7 @@ class PostgresRuns(PostgresBase):
             for row in found
         }
 
-    async def _count(self, con: Any, gate: batch.Gate) -> int:
+    async def _count(self, con: asyncpg.Connection, gate: batch.Gate) -> int:
         if gate.kind == "user":
             counted: int = await con.fetchval(self._sql.batch_count_user, gate.user, gate.limit)
         elif gate.kind == "due":
@@ -218,7 +222,7 @@ class PostgresRuns(PostgresBase):
 
     async def error_detail(self, run_id: str) -> str | None:
         sealed = await self._db.fetchval(self._sql.error_detail, run_id, retry=True)
-        return rows.open_error_detail(self._sealer, run_id, sealed)
+        return codec.open_error_detail(self._sealer, run_id, sealed)
 
     async def _refusal(self, run_id: str) -> Run:
         """The run as it is now, for deciding why a conditional UPDATE matched nothing."""
@@ -237,14 +241,14 @@ class PostgresRuns(PostgresBase):
         raise Conflict(messages.cancel_refused(run_id, run.status.value))
 
     async def continue_(self, run_id: str, decision: Any) -> Run:
-        sealed = rows.seal_json(self._sealer, "decision", run_id, decision)
+        sealed = codec.seal_json(self._sealer, "decision", run_id, decision)
         row = await self._db.fetchrow(self._sql.continue_, run_id, sealed)
         if row is not None:
             return self._run(row)
         row = await self._db.fetchrow(self._sql.get, run_id, retry=True)
         if row is None:
             raise NotFound(messages.not_found(run_id))
-        if rows.is_repeat_continue(row):
+        if verb_results.is_repeat_continue(row):
             return self._run(row)
         raise Conflict(messages.continue_refused(run_id, row["status"]))
 

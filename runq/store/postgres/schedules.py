@@ -4,13 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from runq.model import (
-    NewRun,
-    ScheduleState,
-    SlotFire,
-    new_run_id,
-)
-from runq.store import rows
+from runq.ids import new_run_id
+from runq.model import NewRun, ScheduleState, SlotFire
+from runq.store import codec
 from runq.store.postgres.base import PostgresBase
 
 
@@ -22,14 +18,14 @@ class PostgresSchedules(PostgresBase):
             return await self.now(), []
         found = await self._db.fetch(self._schedule_sql.schedule_states, list(names))
         now = found[0]["db_now"] if found else await self.now()
-        return now, [rows.schedule_state(r) for r in found]
+        return now, [codec.schedule_state(r) for r in found]
 
     async def fire_schedule_slot(
         self, name: str, slot_at: float, new: NewRun, *, skip_if_running: bool
     ) -> SlotFire:
         run_id = new.id or new_run_id()
-        values = rows.insert_values(new, run_id, self._sealer, rows.encoded_payload(new))
-        row = await self._db.fetchrow(
+        values = codec.insert_values(new, run_id, self._sealer, codec.encoded_payload(new))
+        row = await self._db.fetchone(
             self._schedule_sql.fire_slot, name, slot_at, skip_if_running, *values
         )
         return SlotFire(recorded=row["recorded"] > 0, run_id=row["run_id"])
@@ -38,8 +34,8 @@ class PostgresSchedules(PostgresBase):
         await self._db.fetchval(self._schedule_sql.advance_cursor, name, cursor_at)
 
     async def set_schedule_paused(self, name: str, paused: bool) -> ScheduleState:
-        row = await self._db.fetchrow(self._schedule_sql.set_paused, name, paused)
-        return rows.schedule_state(row)
+        row = await self._db.fetchone(self._schedule_sql.set_paused, name, paused)
+        return codec.schedule_state(row)
 
     async def recent_schedule_slots(
         self, name: str, *, limit: int

@@ -13,8 +13,8 @@ from runq.store.migration_files import load_migrations
 from runq.store.postgres.base import PostgresBase
 from runq.store.postgres.console import PostgresConsole
 from runq.store.postgres.events import PostgresEvents
-from runq.store.postgres.flow import PostgresFlow
 from runq.store.postgres.lifecycle import PostgresLifecycle
+from runq.store.postgres.limits import PostgresLimits
 from runq.store.postgres.operations import PostgresOperations
 from runq.store.postgres.runs import PostgresRuns
 from runq.store.postgres.schedules import PostgresSchedules
@@ -25,7 +25,7 @@ __all__ = ["PostgresStore"]
 class PostgresStore(
     PostgresRuns,
     PostgresLifecycle,
-    PostgresFlow,
+    PostgresLimits,
     PostgresSchedules,
     PostgresEvents,
     PostgresOperations,
@@ -77,7 +77,3 @@ class PostgresStore(
                 return {r["version"] for r in await con.fetch(sql.applied_versions)}
 
         return wanted <= await self._db.call(read, retry=True)
-
-    async def notify(self, payload: str) -> None:
-        """NOTIFY this installation's channel (the postgres transport's wake-up)."""
-        await self._db.fetchval(self._sql.notify, self.channel, payload)

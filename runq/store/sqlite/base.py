@@ -9,26 +9,27 @@ from typing import TypeVar
 
 import msgspec
 
-from runq.flow import FlowRules
+from runq.limits import LimitRules
 from runq.model import BudgetBlock, Run
 from runq.seal import Sealer
-from runq.store import rows
+from runq.store import codec
+from runq.store.notifications import Notifications
 from runq.store.sqlite import statements as sql
 from runq.store.sqlite.connection import Body, Connections, Row
 from runq.store.statements import check_schema
 
 T = TypeVar("T")
 
-_json = msgspec.json.Encoder()
+json_encoder = msgspec.json.Encoder()
 
 
-def _blocked_params(blocked: BudgetBlock | None) -> dict[str, str]:
+def blocked_params(blocked: BudgetBlock | None) -> dict[str, str]:
     """The budget exclusion's ``:bu``, ``:bc`` and ``:bp`` (JSON; '[]' excludes nothing)."""
     block = blocked if blocked is not None else BudgetBlock()
     return {
-        "bu": _json.encode(sorted(block.users)).decode(),
-        "bc": _json.encode(sorted(block.configurations)).decode(),
-        "bp": _json.encode(sorted(block.pairs)).decode(),
+        "bu": json_encoder.encode(sorted(block.users)).decode(),
+        "bc": json_encoder.encode(sorted(block.configurations)).decode(),
+        "bp": json_encoder.encode(sorted(block.pairs)).decode(),
     }
 
 
@@ -36,18 +37,24 @@ class SqliteBase:
     """The state every SQLite verb group reads; ``SqliteStore`` is the whole store."""
 
     engine = "sqlite"
-    supports_listen = False
 
     def __init__(self, path: Path, *, schema: str, sealer: Sealer) -> None:
         self.path = Path(path)
         self.schema = check_schema(schema)
         self.clock_offset_seconds = 0.0
         #: ``[limits]`` applied by this process's claims (set by ``open_store``).
-        self.flow = FlowRules()
+        self.limits = LimitRules()
         self._sealer = sealer
         self._db = Connections(self.path)
         self._sql = sql.build(schema)
         self._schedule_sql = sql.build_schedules(schema)
+        # No channel reaches across processes on a file: delivery stays in this process,
+        # and readers of other processes poll.
+        self._notifications = Notifications()
+
+    def notifications(self) -> Notifications:
+        """Wake-ups, cancels and event messages of this store in this process."""
+        return self._notifications
 
     async def _write(self, body: Body[T]) -> T:
         return await self._db.write(body, self.clock_offset_seconds)
@@ -56,7 +63,7 @@ class SqliteBase:
         return await self._db.read(body, self.clock_offset_seconds)
 
     def _run(self, row: Row) -> Run:
-        return rows.row_to_run(row, self._sealer)
+        return codec.row_to_run(row, self._sealer)
 
     async def connect(self) -> None:
         await self._db.connect()

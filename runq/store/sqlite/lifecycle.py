@@ -19,9 +19,9 @@ from runq.model import (
     HeartbeatResult,
     Lease,
 )
-from runq.store import messages, rows
+from runq.store import codec, messages, verb_results
 from runq.store.sqlite import statements as sql
-from runq.store.sqlite.base import SqliteBase, _blocked_params, _json
+from runq.store.sqlite.base import SqliteBase, blocked_params, json_encoder
 from runq.store.sqlite.connection import Row
 from runq.store.sqlite.events import complete_with_events
 
@@ -49,7 +49,7 @@ class SqliteLifecycle(SqliteBase):
             block_configurations=block is not None and bool(block.configurations),
             block_pairs=block is not None and bool(block.pairs),
             by_id=run_id is not None,
-            limited=self.flow.enabled,
+            limited=self.limits.enabled,
         )
         statement = self._sql.claims[shape]
         params: dict[str, Any] = {
@@ -59,10 +59,10 @@ class SqliteLifecycle(SqliteBase):
             "run_id": run_id,
         }
         if block is not None:
-            params.update(_blocked_params(block))
+            params.update(blocked_params(block))
 
         def body(conn: sqlite3.Connection, now: float) -> list[Row]:
-            if self.flow.enabled:
+            if self.limits.enabled:
                 # Under BEGIN IMMEDIATE: no other claimer can start a run between this
                 # count and the claim, so the room is exact.
                 return self._claim_limited(conn, statement, {**params, "now": now}, now)
@@ -78,7 +78,7 @@ class SqliteLifecycle(SqliteBase):
             with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                 await self._release(worker_id, [(r, None) for r in await task])
             raise
-        runs, broken = rows.open_claimed(rows.in_claim_order(claimed), self._sealer)
+        runs, broken = verb_results.open_claimed(verb_results.in_claim_order(claimed), self._sealer)
         # A run whose sealed values do not open is given back (queued, attempt restored)
         # with the reason in ``error``, so one bad row neither strands the batch nor gets
         # dead-lettered by a replica holding the wrong key.
@@ -113,32 +113,36 @@ class SqliteLifecycle(SqliteBase):
     ) -> list[Row]:
         """Count what runs and what each rate window has spent, claim within the room left,
         and count the starts into the rate windows, all in the claim's transaction."""
-        flow, q = self.flow, self._sql
+        limits, q = self.limits, self._sql
         rows_running = [
             (r["component"], r["concurrency_key"], r["n"])
             for r in conn.execute(q.running_by_component)
         ]
-        running = flow.running_by_group((c, n) for c, _, n in rows_running)
-        params["kmax"] = _json.encode(flow.per_key_max()).decode()
-        params["krun"] = _json.encode(flow.key_running(rows_running)).decode()
-        used = [0] * len(flow.groups)
-        if flow.has_rates:
-            stored = conn.execute(q.rate_windows_get, (_json.encode(flow.patterns).decode(),))
-            used = flow.rate_used(
+        running = limits.running_by_group((c, n) for c, _, n in rows_running)
+        params["kmax"] = json_encoder.encode(limits.per_key_max()).decode()
+        params["krun"] = json_encoder.encode(limits.key_running(rows_running)).decode()
+        used = [0] * len(limits.groups)
+        if limits.has_rates:
+            stored = conn.execute(
+                q.rate_windows_get, (json_encoder.encode(limits.patterns).decode(),)
+            )
+            used = limits.rate_used(
                 now, {r["pattern"]: (r["window_start"], r["used"]) for r in stored}
             )
-        params["pats"] = _json.encode(flow.patterns).decode()
-        params["rooms"] = _json.encode(flow.room(running, used)).decode()
+        params["pats"] = json_encoder.encode(limits.patterns).decode()
+        params["rooms"] = json_encoder.encode(limits.room(running, used)).decode()
         found: list[Row] = conn.execute(statement, params).fetchall()
-        if flow.has_rates and found:
-            bumps = flow.started(now, (f"{r['component_type']}/{r['component_id']}" for r in found))
+        if limits.has_rates and found:
+            bumps = limits.started(
+                now, (f"{r['component_type']}/{r['component_id']}" for r in found)
+            )
             conn.executemany(
                 q.rate_windows_bump, [(p, start, n) for p, (start, n) in bumps.items()]
             )
         return found
 
     async def heartbeat_many(self, worker_id: str, leases: Sequence[Lease]) -> HeartbeatResult:
-        lease_json = _json.encode(list(leases)).decode()
+        lease_json = json_encoder.encode(list(leases)).decode()
 
         def body(conn: sqlite3.Connection, now: float) -> list[Row]:
             conn.execute(self._sql.touch_worker, (now, worker_id))
@@ -148,7 +152,7 @@ class SqliteLifecycle(SqliteBase):
             return conn.execute(self._sql.heartbeat, params).fetchall()
 
         renewed = await self._write(body)
-        return rows.heartbeat_result(
+        return verb_results.heartbeat_result(
             leases, {(r[0], r[1]) for r in renewed}, (r[0] for r in renewed if r[2])
         )
 
@@ -161,7 +165,7 @@ class SqliteLifecycle(SqliteBase):
                 "attempt": c.attempt,
                 "worker": worker_id,
                 "reason": str(c.termination_reason),
-                "answer": rows.seal_answer(self._sealer, c),
+                "answer": codec.seal_answer(self._sealer, c),
             }
             for c in completions
         ]
@@ -179,7 +183,7 @@ class SqliteLifecycle(SqliteBase):
                     applied.add(params["id"])
             return applied
 
-        return rows.fence_result(completions, await self._write(body))
+        return verb_results.fence_result(completions, await self._write(body))
 
     async def _fenced(self, statement: str, worker_id: str, lease: Lease, **extra: Any) -> bool:
         """Run one fenced write; True when it applied."""
@@ -205,7 +209,7 @@ class SqliteLifecycle(SqliteBase):
             "attempt": lease.attempt,
             "worker": worker_id,
             "error": error,
-            "error_detail": rows.seal_error_detail(self._sealer, lease.run_id, error_detail),
+            "error_detail": codec.seal_error_detail(self._sealer, lease.run_id, error_detail),
             "retryable": 1 if retryable else 0,
             "delay": max(float(retry_in_seconds), 0.0),
         }
@@ -214,12 +218,12 @@ class SqliteLifecycle(SqliteBase):
             row = conn.execute(self._sql.fail, {**params, "now": now}).fetchone()
             return None if row is None else str(row[0])
 
-        return rows.fail_outcome(await self._write(body))
+        return verb_results.fail_outcome(await self._write(body))
 
     async def pause(
         self, worker_id: str, lease: Lease, *, reason: str, state: Any, summary: str | None = None
     ) -> bool:
-        sealed = rows.seal_json(self._sealer, "resume_state", lease.run_id, state)
+        sealed = codec.seal_json(self._sealer, "resume_state", lease.run_id, state)
         return await self._fenced(
             self._sql.pause, worker_id, lease, reason=reason, state=sealed, summary=summary
         )

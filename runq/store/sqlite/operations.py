@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
 from typing import Any
 
-from runq.listing import ALL_RUNS, Page, RunCursor, RunFilter, RunList
-from runq.model import QueueHealth, ReapReport, Stats, Status, WorkerInfo
+from runq.model import QueueHealth, ReapReport, Run, Stats, Status, WorkerInfo
 from runq.seal import SEALED_COLUMNS
+from runq.store import codec, messages
 from runq.store import events as event_rows
-from runq.store import messages, rows
+from runq.store.listings import Listing, ListingVerbs
 from runq.store.sqlite import statements as sql
 from runq.store.sqlite.base import SqliteBase
 from runq.store.sqlite.connection import Row
@@ -20,7 +19,7 @@ from runq.store.sqlite.connection import Row
 _LAST_CHARACTER = "\U0010ffff"
 
 
-class SqliteOperations(SqliteBase):
+class SqliteOperations(ListingVerbs, SqliteBase):
     """A group of ``Store`` verbs; ``SqliteStore`` composes the groups."""
 
     async def reap_stale(self, *, lock_grace_seconds: float, limit: int) -> ReapReport:
@@ -70,7 +69,7 @@ class SqliteOperations(SqliteBase):
             "hostname": info.hostname,
             "pid": info.pid,
             "deployment_id": info.deployment_id or "",
-            "settings": rows.encode_settings(info.settings),
+            "settings": codec.encode_settings(info.settings),
         }
         await self._write(
             lambda conn, now: conn.execute(self._sql.register_worker, {**params, "now": now})
@@ -90,7 +89,7 @@ class SqliteOperations(SqliteBase):
         def body(conn: sqlite3.Connection, now: float) -> list[Row]:
             return conn.execute(self._sql.list_workers, (now - max_age_seconds,)).fetchall()
 
-        return [rows.row_to_worker(row) for row in await self._read(body)]
+        return [codec.row_to_worker(row) for row in await self._read(body)]
 
     def _counts(self, conn: sqlite3.Connection) -> dict[str, int]:
         return {row[0]: row[1] for row in conn.execute(self._sql.counts)}
@@ -132,41 +131,16 @@ class SqliteOperations(SqliteBase):
 
         return await self._read(body)
 
-    async def list_jobs(
-        self,
-        *,
-        statuses: Sequence[Status] = (),
-        page: int = 1,
-        limit: int = 20,
-        sort_by: str = "created_at",
-        sort_order: str = "desc",
-        user_id: str | None = None,
-        where: RunFilter = ALL_RUNS,
-        after: RunCursor | None = None,
-    ) -> Page:
-        listing = rows.Listing.of(
-            rows.listing_filter(where, statuses, user_id),
-            after=after,
-            limit=limit,
-            page=page,
-            sort_by=sort_by,
-            sort_order=sort_order,
-        )
-        page_sql, page_args = listing.page_statement(sql, self.schema)
-        count_sql, count_args = sql.count_listed(self.schema, listing.where)
+    async def _read_listing(self, listing: Listing, *, count: bool) -> tuple[int, list[Run]]:
+        page_sql, page_args = listing.page_statement(sql.LISTING, self.schema)
+        count_sql, count_args = listing.count_statement(sql.LISTING, self.schema)
 
         def body(conn: sqlite3.Connection, now: float) -> tuple[int, list[Row]]:
-            total: int = conn.execute(count_sql, count_args).fetchone()[0]
+            total: int = conn.execute(count_sql, count_args).fetchone()[0] if count else 0
             return total, conn.execute(page_sql, page_args).fetchall()
 
         total, found = await self._read(body)
-        return listing.as_page([self._run(r) for r in found], total)
-
-    async def list_runs(self, where: RunFilter, *, after: RunCursor | None, limit: int) -> RunList:
-        listing = rows.Listing.of(where, after=after, limit=limit)
-        page_sql, args = listing.page_statement(sql, self.schema)
-        found = await self._read(lambda conn, now: conn.execute(page_sql, args).fetchall())
-        return listing.as_run_list([self._run(r) for r in found])
+        return total, [self._run(r) for r in found]
 
     async def reseal_page(self, *, after_id: str, limit: int) -> tuple[str | None, int]:
         page = await self._read(
@@ -181,7 +155,7 @@ class SqliteOperations(SqliteBase):
         updates: list[tuple[str, tuple[Any, ...]]] = []
         for row in page:
             for column in SEALED_COLUMNS:
-                new = rows.resealed(self._sealer, column, row["id"], row[column])
+                new = codec.resealed(self._sealer, column, row["id"], row[column])
                 if new is not None:
                     updates.append((self._sql.reseal_update[column], (new, row["id"], row[column])))
 

@@ -13,15 +13,9 @@ from runq.errors import (
     NotFound,
     QueueFull,
 )
-from runq.model import (
-    TRANSITIONS,
-    NewRun,
-    Run,
-    Status,
-    SubmitResult,
-    new_run_id,
-)
-from runq.store import batch, messages, rows
+from runq.ids import new_run_id
+from runq.model import TRANSITIONS, NewRun, Run, Status, SubmitResult
+from runq.store import batch, codec, messages, verb_results
 from runq.store.sqlite.base import SqliteBase
 from runq.store.sqlite.connection import Row
 
@@ -46,8 +40,8 @@ class SqliteRuns(SqliteBase):
         # woken in process), so it is ignored.
         run_id = new.id or new_run_id()
         # Encode (and seal) before the transaction: a bad payload never takes the write lock.
-        encoded = rows.encoded_payload(new)
-        values = rows.insert_values(new, run_id, self._sealer, encoded)
+        encoded = codec.encoded_payload(new)
+        values = codec.insert_values(new, run_id, self._sealer, encoded)
         params: dict[str, Any] = {
             **values._asdict(),
             "concurrency_key": new.concurrency_key,
@@ -91,7 +85,7 @@ class SqliteRuns(SqliteBase):
         existing, now = await self._write(body)
         if existing is not None:
             return SubmitResult(self._run(existing), created=False)
-        return SubmitResult(rows.fresh_run(new, values, encoded, now), created=True)
+        return SubmitResult(codec.fresh_run(new, values, encoded, now), created=True)
 
     def _check_depth(
         self,
@@ -119,7 +113,7 @@ class SqliteRuns(SqliteBase):
 
     async def submit_many(self, news: Sequence[NewRun]) -> list[str]:
         ids = batch.run_ids(news)
-        encoded = [rows.encoded_payload(new) for new in news]
+        encoded = [codec.encoded_payload(new) for new in news]
         records = [
             {
                 **values._asdict(),
@@ -127,7 +121,7 @@ class SqliteRuns(SqliteBase):
                 "timeout_seconds": new.timeout_seconds,
             }
             for new, values in zip(
-                news, rows.insert_values_many(news, ids, self._sealer, encoded), strict=True
+                news, codec.insert_values_many(news, ids, self._sealer, encoded), strict=True
             )
         ]
 
@@ -151,8 +145,8 @@ class SqliteRuns(SqliteBase):
     ) -> list[SubmitResult]:
         ids = batch.run_ids(news)
         # Every payload encoded and sealed before the write lock: a bad one stores nothing.
-        encoded = [rows.encoded_payload(new) for new in news]
-        values = rows.insert_values_many(news, ids, self._sealer, encoded)
+        encoded = [codec.encoded_payload(new) for new in news]
+        values = codec.insert_values_many(news, ids, self._sealer, encoded)
         limits = batch.DepthLimits(max_queue_depth, max_delayed, max_queued_per_user)
 
         def body(conn: sqlite3.Connection, now: float) -> _Planned:
@@ -189,7 +183,7 @@ class SqliteRuns(SqliteBase):
         if not news:
             return []
         plan, found, now = await self._write(body)
-        fresh_runs = {i: rows.fresh_run(news[i], values[i], encoded[i], now) for i in plan.fresh}
+        fresh_runs = {i: codec.fresh_run(news[i], values[i], encoded[i], now) for i in plan.fresh}
         results: list[SubmitResult] = []
         for i, answer in enumerate(plan.answer):
             run = self._run(found[answer]) if isinstance(answer, str) else fresh_runs[answer]
@@ -238,7 +232,7 @@ class SqliteRuns(SqliteBase):
     async def error_detail(self, run_id: str) -> str | None:
         row = await self._db.read_one(self._sql.error_detail, (run_id,))
         sealed = None if row is None else row["error_detail"]
-        return rows.open_error_detail(self._sealer, run_id, sealed)
+        return codec.open_error_detail(self._sealer, run_id, sealed)
 
     async def cancel(self, run_id: str) -> Run:
         def body(conn: sqlite3.Connection, now: float) -> Row:
@@ -257,7 +251,7 @@ class SqliteRuns(SqliteBase):
         return self._run(await self._write(body))
 
     async def continue_(self, run_id: str, decision: Any) -> Run:
-        sealed = rows.seal_json(self._sealer, "decision", run_id, decision)
+        sealed = codec.seal_json(self._sealer, "decision", run_id, decision)
 
         def body(conn: sqlite3.Connection, now: float) -> Row:
             params = {"id": run_id, "now": now, "decision": sealed}
@@ -267,7 +261,7 @@ class SqliteRuns(SqliteBase):
             row = conn.execute(self._sql.get, (run_id,)).fetchone()
             if row is None:
                 raise NotFound(messages.not_found(run_id))
-            if rows.is_repeat_continue(row):
+            if verb_results.is_repeat_continue(row):
                 return row
             raise Conflict(messages.continue_refused(run_id, row["status"]))
 
@@ -282,7 +276,9 @@ class SqliteRuns(SqliteBase):
                 raise NotFound(messages.not_found(run_id))
             if row["status"] not in TRANSITIONS["requeue"].sources:
                 raise InvalidTransition(messages.requeue_refused(run_id, row["status"]))
-            if rows.requeue_is_too_soon(row, now=now, force=force, grace=lock_grace_seconds):
+            if verb_results.requeue_is_too_soon(
+                row, now=now, force=force, grace=lock_grace_seconds
+            ):
                 raise Conflict(messages.requeue_too_soon(run_id, lock_grace_seconds))
             params = {"id": run_id, "now": now, "clear": 1 if clear_cancellation else 0}
             updated: Row = conn.execute(self._sql.requeue, params).fetchone()

@@ -6,29 +6,23 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from runq.model import (
-    FINAL_STATUSES,
-    NewRun,
-    ScheduleState,
-    SlotFire,
-    Status,
-    new_run_id,
-)
-from runq.store import rows
-from runq.store.sqlite.base import SqliteBase, _json
+from runq.ids import new_run_id
+from runq.model import FINAL_STATUSES, NewRun, ScheduleState, SlotFire, Status
+from runq.store import codec
+from runq.store.sqlite.base import SqliteBase, json_encoder
 
 
 class SqliteSchedules(SqliteBase):
     """A group of ``Store`` verbs; ``SqliteStore`` composes the groups."""
 
     async def schedule_states(self, names: Sequence[str]) -> tuple[float, list[ScheduleState]]:
-        encoded = _json.encode(list(names)).decode()
+        encoded = json_encoder.encode(list(names)).decode()
         q = self._schedule_sql
 
         def body(conn: sqlite3.Connection, now: float) -> tuple[float, list[ScheduleState]]:
             conn.execute(q.ensure_schedules, {"names": encoded, "now": now})
             found = conn.execute(q.schedule_states, {"names": encoded}).fetchall()
-            return now, [rows.schedule_state(r) for r in found]
+            return now, [codec.schedule_state(r) for r in found]
 
         return await self._write(body)
 
@@ -36,9 +30,9 @@ class SqliteSchedules(SqliteBase):
         self, name: str, slot_at: float, new: NewRun, *, skip_if_running: bool
     ) -> SlotFire:
         run_id = new.id or new_run_id()
-        encoded = rows.encoded_payload(new)
+        encoded = codec.encoded_payload(new)
         params: dict[str, Any] = {
-            **rows.insert_values(new, run_id, self._sealer, encoded)._asdict(),
+            **codec.insert_values(new, run_id, self._sealer, encoded)._asdict(),
             "concurrency_key": new.concurrency_key,
             "timeout_seconds": new.timeout_seconds,
         }
@@ -71,7 +65,7 @@ class SqliteSchedules(SqliteBase):
 
         def body(conn: sqlite3.Connection, now: float) -> ScheduleState:
             row = conn.execute(q, {"name": name, "paused": paused, "now": now}).fetchone()
-            return rows.schedule_state(row)
+            return codec.schedule_state(row)
 
         return await self._write(body)
 

@@ -15,8 +15,8 @@ from runq.store.migration_files import Migration, load_migrations, split_sql
 from runq.store.sqlite.base import SqliteBase
 from runq.store.sqlite.console import SqliteConsole
 from runq.store.sqlite.events import SqliteEvents
-from runq.store.sqlite.flow import SqliteFlow
 from runq.store.sqlite.lifecycle import SqliteLifecycle
+from runq.store.sqlite.limits import SqliteLimits
 from runq.store.sqlite.operations import SqliteOperations
 from runq.store.sqlite.runs import SqliteRuns
 from runq.store.sqlite.schedules import SqliteSchedules
@@ -27,7 +27,7 @@ __all__ = ["SqliteStore"]
 class SqliteStore(
     SqliteRuns,
     SqliteLifecycle,
-    SqliteFlow,
+    SqliteLimits,
     SqliteSchedules,
     SqliteEvents,
     SqliteOperations,

@@ -11,39 +11,37 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from runq.store.postgres.statements.claims import (
-    _admit_sql,
-    _claim_head_sql,
-    _claim_sql,
-    _limited_claim_sql,
-    _release_sql,
+    admit_sql,
+    claim_head_sql,
+    claim_sql,
+    limited_claim_sql,
+    release_sql,
 )
-from runq.store.postgres.statements.common import _clock
-from runq.store.postgres.statements.events import _events_sql
-from runq.store.postgres.statements.flow import _flow_sql, _usage_sql
-from runq.store.postgres.statements.lifecycle import _lifecycle_sql
+from runq.store.postgres.statements.events import events_sql
+from runq.store.postgres.statements.fragments import clock_expr
+from runq.store.postgres.statements.lifecycle import lifecycle_sql
+from runq.store.postgres.statements.limits import limits_sql, usage_sql
 from runq.store.postgres.statements.operations import (
-    _maintenance_sql,
-    _reap_sql,
-    _worker_sql,
-    count_listed,
-    list_page,
+    LISTING,
+    maintenance_sql,
+    reap_sql,
     reseal_select,
+    worker_sql,
 )
 from runq.store.postgres.statements.runs import (
     SUBMIT_COPY_COLUMNS,
-    _batch_sql,
-    _submit_sql,
+    batch_sql,
+    submit_sql,
 )
 from runq.store.postgres.statements.schedules import ScheduleStatements, build_schedules
 
 __all__ = [
+    "LISTING",
     "SUBMIT_COPY_COLUMNS",
     "ScheduleStatements",
     "Statements",
     "build",
     "build_schedules",
-    "count_listed",
-    "list_page",
     "reseal_select",
 ]
 
@@ -101,7 +99,7 @@ class Statements:
     reseal_update: str
     notify: str
     ids_with_prefix: str
-    # -- flow control: limits, rate windows, pauses ------------------------------------
+    # -- limits: rate windows, pauses ------------------------------------
     claim_limited: str
     claim_limited_affinity: str
     claim_limited_one: str
@@ -157,31 +155,31 @@ def _migration_sql(s: str, now: str) -> dict[str, str]:
 
 def build(schema: str, offset: float) -> Statements:
     """Every statement of one schema at one clock offset."""
-    s, now = schema, _clock(offset)
-    claim, claim_affinity, claim_one = _claim_sql(s, now)
-    claim_head, claim_from_head = _claim_head_sql(s, now)
-    limited, limited_affinity, limited_one = _limited_claim_sql(s, now)
-    admit, admit_affinity, admit_one = _admit_sql(s, now)
+    s, now = schema, clock_expr(offset)
+    claim, claim_affinity, claim_one = claim_sql(s, now)
+    claim_head, claim_from_head = claim_head_sql(s, now)
+    limited, limited_affinity, limited_one = limited_claim_sql(s, now)
+    admit, admit_affinity, admit_one = admit_sql(s, now)
     return Statements(
         now=f"SELECT {now}",
         ping="SELECT 1",
         get=f"SELECT * FROM {s}.runs WHERE id = $1",
         error_detail=f"SELECT error_detail FROM {s}.runs WHERE id = $1",
         count_runs=f"SELECT count(*) FROM {s}.runs",
-        release=_release_sql(s, now),
-        submit=_submit_sql(s, now),
-        **_batch_sql(s, now),
+        release=release_sql(s, now),
+        submit=submit_sql(s, now),
+        **batch_sql(s, now),
         claim=claim,
         claim_affinity=claim_affinity,
         claim_one=claim_one,
         claim_head=claim_head,
         claim_from_head=claim_from_head,
-        reap=_reap_sql(s, now),
+        reap=reap_sql(s, now),
         notify="SELECT pg_notify($1, $2)",
-        **_lifecycle_sql(s, now),
-        **_worker_sql(s, now),
-        **_usage_sql(s),
-        **_maintenance_sql(s, now),
+        **lifecycle_sql(s, now),
+        **worker_sql(s, now),
+        **usage_sql(s),
+        **maintenance_sql(s, now),
         **_migration_sql(s, now),
         # starts_with is exact under any collation (a range on a non-C collation is not);
         # an operator's one-off lookup can afford the scan.
@@ -192,12 +190,12 @@ def build(schema: str, offset: float) -> Statements:
         admit=admit,
         admit_affinity=admit_affinity,
         admit_one=admit_one,
-        **_flow_sql(s, now),
+        **limits_sql(s, now),
         seal_check_get=f"SELECT key_id FROM {s}.seal_check WHERE id = 1 FOR UPDATE",
         seal_check_put=(
             f"INSERT INTO {s}.seal_check (id, key_id, updated_at) VALUES (1, $1, {now})"
             " ON CONFLICT (id) DO UPDATE SET key_id = excluded.key_id,"
             " updated_at = excluded.updated_at"
         ),
-        **_events_sql(s, now),
+        **events_sql(s, now),
     )

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from runq.flow import NO_CAP
-from runq.store.postgres.statements.common import (
-    _ACTIVE,
-    _budget_allows,
-    _claimed_events,
-    _component_name,
-    _still_running,
+from runq.limits import NO_CAP
+from runq.store.postgres.statements.fragments import (
+    ACTIVE_LIST,
+    budget_allows,
+    claimed_events,
+    component_name,
+    still_running,
 )
 
 
@@ -25,13 +25,13 @@ def _claim_filters(s: str, now: str, first: int) -> str:
         r.available_at <= {now}
         AND (NOT {ser}::bool OR r.session_id IS NULL OR NOT EXISTS (
             SELECT 1 FROM {s}.runs o
-            WHERE o.session_id = r.session_id AND o.status IN ({_ACTIVE})
+            WHERE o.session_id = r.session_id AND o.status IN ({ACTIVE_LIST})
               AND (o.id < r.id OR o.status <> 'queued')))
-        AND {_budget_allows(first + 1)}
+        AND {budget_allows(first + 1)}
         AND NOT EXISTS (
             SELECT 1 FROM {s}.pauses p
             WHERE (p.kind = 'deployment' AND p.target = r.deployment_id)
-               OR (p.kind = 'component' AND {_component_name("r")} LIKE p.like_pattern))"""
+               OR (p.kind = 'component' AND {component_name("r")} LIKE p.like_pattern))"""
 
 
 def _claim_update(s: str, now: str, candidates: str) -> str:
@@ -51,11 +51,11 @@ def _claim_update(s: str, now: str, candidates: str) -> str:
                 event_seq = u.event_seq + 1
             WHERE u.id = ANY(ARRAY(SELECT id FROM c))
             RETURNING u.*),
-        logged AS ({_claimed_events(s, "claimed")})
+        logged AS ({claimed_events(s, "claimed")})
         SELECT * FROM claimed"""
 
 
-def _claim_sql(s: str, now: str) -> tuple[str, str, str]:
+def claim_sql(s: str, now: str) -> tuple[str, str, str]:
     """(no deployment, with a deployment, one run by id).
 
     Each branch walks runs_claim_idx for ONE deployment_id in claim order, so final rows
@@ -95,7 +95,7 @@ def _claim_sql(s: str, now: str) -> tuple[str, str, str]:
     )
 
 
-def _claim_head_sql(s: str, now: str) -> tuple[str, str]:
+def claim_head_sql(s: str, now: str) -> tuple[str, str]:
     """(the head of the queue, a claim from it), for a worker without a deployment.
 
     Every claim leaves its rows' old entries at the head of runs_claim_idx, where only
@@ -136,11 +136,11 @@ def _claim_head_sql(s: str, now: str) -> tuple[str, str]:
     return head, _claim_update(s, now, merged)
 
 
-def _limited_claim_sql(s: str, now: str) -> tuple[str, str, str]:
+def limited_claim_sql(s: str, now: str) -> tuple[str, str, str]:
     """The claim variants used while ``[limits]`` are configured: (no deployment, with a
     deployment, one run by id).
 
-    Parameters as in ``_claim_sql`` ($8 the deployment, '' when none), then $9 the limit
+    Parameters as in ``claim_sql`` ($8 the deployment, '' when none), then $9 the limit
     patterns in LIKE form, most specific first, and $10 each pattern's room (runs it may
     still start); $11 each pattern's ``max_running_per_key`` and, for the keys running now,
     $12 group, $13 key, $14 running count. A run's group is the first pattern it matches.
@@ -151,7 +151,7 @@ def _limited_claim_sql(s: str, now: str) -> tuple[str, str, str]:
     """
     filters = _claim_filters(s, now, 3)
     group = f"""(SELECT p.i FROM unnest($9::text[]) WITH ORDINALITY AS p(pat, i)
-               WHERE {_component_name("r")} LIKE p.pat ORDER BY p.i LIMIT 1)"""
+               WHERE {component_name("r")} LIKE p.pat ORDER BY p.i LIMIT 1)"""
     key_room = f"""CASE WHEN r.concurrency_key IS NULL OR g.i IS NULL THEN {NO_CAP}
         ELSE ($11::int[])[g.i] - coalesce((
             SELECT k.n FROM unnest($12::int[], $13::text[], $14::int[]) AS k(g, key, n)
@@ -200,7 +200,7 @@ def _limited_claim_sql(s: str, now: str) -> tuple[str, str, str]:
     )
 
 
-def _release_sql(s: str, now: str) -> str:
+def release_sql(s: str, now: str) -> str:
     """Give claimed runs back (fenced on the lease the claim took): queued again with the
     attempt restored, the reason recorded in ``error`` when not NULL. $1 worker, $2 ids,
     $3 attempts, $4 reasons."""
@@ -212,7 +212,7 @@ def _release_sql(s: str, now: str) -> str:
             locked_by = NULL, locked_at = NULL
         FROM unnest($2::text[], $3::int[], $4::text[]) AS v(id, attempt, reason)
         WHERE r.id = v.id AND r.attempt = v.attempt AND r.locked_by = $1
-          AND {_still_running("r")}"""
+          AND {still_running("r")}"""
 
 
 #: How starts are added to a pattern's window row (``w``, the stored row; ``EXCLUDED``, the
@@ -232,10 +232,10 @@ EPOCH_ROW = ""
 EPOCH_WRAP = 1_000_000_000
 
 
-def _admit_sql(s: str, now: str) -> tuple[str, str, str]:
+def admit_sql(s: str, now: str) -> tuple[str, str, str]:
     """The limited claim as ONE statement: (no deployment, with a deployment, one run by id).
 
-    Parameters $1-$8 as in ``_claim_sql`` ($8 the deployment, '' when none), then per limit
+    Parameters $1-$8 as in ``claim_sql`` ($8 the deployment, '' when none), then per limit
     group, most specific first: $9 patterns in LIKE form, $10 ``max_running``, $11
     ``max_running_per_key``, $12 rate starts per window (``NO_CAP`` where a kind is not
     capped), $13 rate periods in seconds, $14 the patterns as written (rate window keys).
@@ -255,7 +255,7 @@ def _admit_sql(s: str, now: str) -> tuple[str, str, str]:
 
     def group(alias: str) -> str:
         return f"""(SELECT p.i FROM unnest($9::text[]) WITH ORDINALITY AS p(pat, i)
-               WHERE {_component_name(alias)} LIKE p.pat ORDER BY p.i LIMIT 1)"""
+               WHERE {component_name(alias)} LIKE p.pat ORDER BY p.i LIMIT 1)"""
 
     room = "(SELECT a FROM rooms)"
     key_room = f"""CASE WHEN r.concurrency_key IS NULL OR g.i IS NULL THEN {NO_CAP}
@@ -319,7 +319,7 @@ def _admit_sql(s: str, now: str) -> tuple[str, str, str]:
                 event_seq = u.event_seq + 1
             WHERE u.id = ANY(ARRAY(SELECT id FROM c)) AND (SELECT ok FROM fresh)
             RETURNING u.*),
-        logged AS ({_claimed_events(s, "claimed")}),
+        logged AS ({claimed_events(s, "claimed")}),
         rated AS (
             INSERT INTO {s}.rate_windows AS w (pattern, window_start, used)
             SELECT ($14::text[])[g.i], {window.format(i="g.i")}, count(*)

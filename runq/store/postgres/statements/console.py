@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runq.store.postgres.statements.common import _FINAL, _clock
+from runq.store.postgres.statements.fragments import FINAL_LIST, clock_expr
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,7 +16,7 @@ class ConsoleStatements:
 
 
 def build_console(schema: str, offset: float) -> ConsoleStatements:
-    s, now = schema, _clock(offset)
+    s, now = schema, clock_expr(offset)
     return ConsoleStatements(
         # $1 window seconds. Final runs per (minute, status) over the window, read through
         # runs_final_idx (its predicate, completed_at range); the one-row clock side makes
@@ -27,7 +27,7 @@ def build_console(schema: str, offset: float) -> ConsoleStatements:
             LEFT JOIN (
                 SELECT floor(completed_at / 60) * 60 AS minute, status, count(*) AS n
                 FROM {s}.runs
-                WHERE status IN ({_FINAL}) AND completed_at >= {now} - $1::float8
+                WHERE status IN ({FINAL_LIST}) AND completed_at >= {now} - $1::float8
                 GROUP BY 1, 2
             ) AS g ON true""",
         # Running runs per lease holder, through runs_lease_idx (status = 'running').

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from runq.store.postgres.statements.common import _still_running
+from runq.store.postgres.statements.fragments import still_running
 from runq.store.postgres.statements.operations import completion
 from runq.store.statements import fenced
 
 
-def _events_sql(s: str, now: str) -> dict[str, str]:
+def events_sql(s: str, now: str) -> dict[str, str]:
     """The event log. Claims and completions log their own lifecycle events, the
     transition trigger the other transitions, and ``submitted`` is the run row itself; a
     handler's batch reserves its numbers by moving ``runs.event_seq`` under the fence (the
@@ -23,7 +23,7 @@ def _events_sql(s: str, now: str) -> dict[str, str]:
             ),
             locked AS MATERIALIZED (
                 SELECT r.id FROM {s}.runs r JOIN v ON r.id = v.id AND r.attempt = v.attempt
-                WHERE r.locked_by = $1 AND {_still_running("r")}
+                WHERE r.locked_by = $1 AND {still_running("r")}
                 ORDER BY r.id FOR NO KEY UPDATE OF r
             )
             UPDATE {s}.runs AS r SET event_seq = r.event_seq + v.n

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from runq.store.postgres.statements.common import _RUNNING
+from runq.store.postgres.statements.fragments import RUNNING_STATUS
 from runq.store.statements import sources_of, target_of
 
 
-def _lifecycle_sql(s: str, now: str) -> dict[str, str]:
+def lifecycle_sql(s: str, now: str) -> dict[str, str]:
     """Operator and producer transitions (cancel, continue, requeue)."""
     cancel_src = sources_of("cancel")
     requeue_src = sources_of("requeue")
@@ -25,7 +25,7 @@ def _lifecycle_sql(s: str, now: str) -> dict[str, str]:
                 resume_state = CASE WHEN status IN ({cancel_src})
                     THEN NULL ELSE resume_state END,
                 decision = CASE WHEN status IN ({cancel_src}) THEN NULL ELSE decision END
-            WHERE id = $1 AND status IN ({cancel_src}, {_RUNNING})
+            WHERE id = $1 AND status IN ({cancel_src}, {RUNNING_STATUS})
             RETURNING *""",
         "continue_": f"""
             UPDATE {s}.runs SET

@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from runq.listing import RunCursor, RunFilter
-from runq.store.postgres.statements.common import (
-    _FINAL,
-    _completed_events,
-    _completed_ids,
-    _fenced,
-    _still_running,
+from runq.store.listing_sql import ListingDialect
+from runq.store.postgres.statements.fragments import (
+    FINAL_LIST,
+    completed_events,
+    completed_ids,
+    fenced_where,
+    still_running,
 )
 from runq.store.statements import (
-    Params,
-    listing_clauses,
-    order_by,
     reap_exhausted_error,
     target_of,
-    where_sql,
 )
 
 if TYPE_CHECKING:  # the package builds Statements from this module's pieces
@@ -41,7 +37,7 @@ _OLDEST_TRANSACTION = """
     ORDER BY xact_start LIMIT 1"""
 
 
-def _reap_sql(s: str, now: str) -> str:
+def reap_sql(s: str, now: str) -> str:
     """The reaper's rules as one statement.
 
     ``cand`` scans stale leases oldest first; ``locked`` locks them with SKIP LOCKED and
@@ -62,7 +58,7 @@ def _reap_sql(s: str, now: str) -> str:
         locked AS MATERIALIZED (
             SELECT r.id FROM {s}.runs r
             WHERE r.id = ANY(ARRAY(SELECT id FROM cand))
-              AND {_still_running("r")} AND r.locked_at < {now} - $1::float8
+              AND {still_running("r")} AND r.locked_at < {now} - $1::float8
               AND r.attempt = (SELECT c.attempt FROM cand c WHERE c.id = r.id)
             FOR UPDATE OF r SKIP LOCKED
         ),
@@ -111,7 +107,7 @@ def complete_update(s: str, now: str, *, numbered: bool = False) -> str:
             FROM unnest($2::text[], $3::int[], $4::bytea[], $5::text[]{seq_types})
                 AS v(id, attempt, answer, reason{seq_columns})
             WHERE r.id = v.id AND r.attempt = v.attempt AND r.locked_by = $1
-              AND {_still_running("r")}{seq_check}
+              AND {still_running("r")}{seq_check}
             RETURNING r.id, r.event_seq, r.attempt, r.updated_at, r.termination_reason, r.error"""
 
 
@@ -120,11 +116,11 @@ def completion(s: str, now: str, *, numbered: bool = False, also: str = "") -> s
     events, the CTEs in ``also`` (each ``, name AS (...)``), and the ids it applied to."""
     return f"""
             WITH done AS ({complete_update(s, now, numbered=numbered)}),
-            logged AS ({_completed_events(s, "done")}){also}
-            {_completed_ids(s, "done")}"""
+            logged AS ({completed_events(s, "done")}){also}
+            {completed_ids(s, "done")}"""
 
 
-def _worker_sql(s: str, now: str) -> dict[str, str]:
+def worker_sql(s: str, now: str) -> dict[str, str]:
     """Lease-holder verbs: heartbeat, completion, failure, pause, cancel settlement."""
     retry = "($4::bool AND attempt < max_attempts AND NOT non_idempotent)"
     return {
@@ -135,7 +131,7 @@ def _worker_sql(s: str, now: str) -> dict[str, str]:
             UPDATE {s}.runs AS r SET locked_at = {now}
             FROM unnest($2::text[], $3::int[]) AS v(id, attempt)
             WHERE r.id = v.id AND r.attempt = v.attempt AND r.locked_by = $1
-              AND {_still_running("r")}
+              AND {still_running("r")}
             RETURNING r.id, r.attempt, r.cancel_requested""",
         "complete": completion(s, now),
         # $4 retryable, $5 retry delay, $6 error, $7 sealed error detail. SET sees the old
@@ -154,7 +150,7 @@ def _worker_sql(s: str, now: str) -> dict[str, str]:
                 decision = CASE WHEN {retry} THEN decision ELSE NULL END,
                 error = $6, error_detail = $7, locked_by = NULL, locked_at = NULL,
                 updated_at = {now}
-            WHERE {_fenced("fail")}
+            WHERE {fenced_where("fail")}
             RETURNING status""",
         "pause": f"""
             UPDATE {s}.runs SET
@@ -162,26 +158,26 @@ def _worker_sql(s: str, now: str) -> dict[str, str]:
                 pause_summary = $6,
                 decision = NULL, continued_at = NULL, locked_by = NULL, locked_at = NULL,
                 updated_at = {now}
-            WHERE {_fenced("pause")}
+            WHERE {fenced_where("pause")}
             RETURNING id""",
         "settle_cancelled": f"""
             UPDATE {s}.runs SET
                 status = {target_of("settle_cancelled")}, termination_reason = 'cancelled',
                 completed_at = {now}, resume_state = NULL, decision = NULL,
                 locked_by = NULL, locked_at = NULL, updated_at = {now}
-            WHERE {_fenced("settle_cancelled")}
+            WHERE {fenced_where("settle_cancelled")}
             RETURNING id""",
         "set_non_idempotent": f"""
             UPDATE {s}.runs SET non_idempotent = $4
-            WHERE {_fenced("set_non_idempotent")}
+            WHERE {fenced_where("set_non_idempotent")}
             RETURNING id""",
     }
 
 
-def _maintenance_sql(s: str, now: str) -> dict[str, str]:
+def maintenance_sql(s: str, now: str) -> dict[str, str]:
     """Retention, worker registry, operator reads, key rotation."""
 
-    final = f"status IN ({_FINAL}) AND completed_at < {now} - $1::float8"
+    final = f"status IN ({FINAL_LIST}) AND completed_at < {now} - $1::float8"
     paused = f"status = 'paused' AND updated_at < {now} - $3::float8"
 
     def purge(where: str) -> str:
@@ -293,45 +289,11 @@ def reseal_select(statements: Statements, limit: int) -> str:
     return statements.reseal_select_template.format(limit=max(int(limit), 1))
 
 
-#: "Submitted by a service account", on the actor JSON (``model.Actor``).
-_SERVICE_ACCOUNT = "coalesce((actor::jsonb ->> 'service_account')::boolean, false)"
-
-
-def _listing(
-    schema: str, where: RunFilter, after: RunCursor | None, sort_order: str
-) -> tuple[str, list[Any]]:
-    p = Params(lambda n: f"${n}")
-    clauses = listing_clauses(where, after, sort_order, p, service_account=_SERVICE_ACCOUNT)
-    return f"FROM {schema}.runs{where_sql(clauses)}", p.values
-
-
-def list_page(
-    schema: str,
-    where: RunFilter,
-    *,
-    after: RunCursor | None,
-    sort_by: str,
-    sort_order: str,
-    limit: int,
-    offset: int,
-) -> tuple[str, list[Any]]:
-    """One page of a run listing, and its arguments.
-
-    Only whitelisted identifiers, enum values and ints are interpolated; every value is a
-    parameter. LIMIT and OFFSET are literals so the (generic) plan knows a page is small and
-    walks an index in sort order (runs_listing_idx, or runs_user_listing_idx for one user)
-    instead of sorting every matching row. The id tie-break keeps pages stable when many
-    rows share the sort value, and makes (created_at, id) a keyset cursor.
-    """
-    body, args = _listing(schema, where, after, sort_order)
-    page = (
-        f"SELECT * {body} ORDER BY {order_by(sort_by, sort_order)} "
-        f"LIMIT {int(limit)} OFFSET {int(offset)}"
-    )
-    return page, args
-
-
-def count_listed(schema: str, where: RunFilter) -> tuple[str, list[Any]]:
-    """How many runs the listing's filter matches (the cursor does not count)."""
-    body, args = _listing(schema, where, None, "desc")
-    return f"SELECT count(*) {body}", args
+#: What a run listing's SQL (``runq.store.listing_sql``) spells this engine's way.
+LISTING = ListingDialect(
+    table="{schema}.runs",
+    # Numbered: the cursor's created_at appears twice.
+    placeholder=lambda n: f"${n}",
+    # "Submitted by a service account", on the actor JSON (``model.Actor``).
+    service_account="coalesce((actor::jsonb ->> 'service_account')::boolean, false)",
+)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-_INSERT_COLUMNS = (
+INSERT_COLUMNS = (
     "id, component_type, component_id, status, attempt, max_attempts, priority, session_id, "
     "user_id, actor, configuration, deployment_id, idempotency_key, origin, created_at, "
     "updated_at, available_at, has_request, payload, concurrency_key, timeout_seconds"
 )
 
 
-def _submit_sql(s: str, now: str) -> str:
+def submit_sql(s: str, now: str) -> str:
     """Idempotency lookup, depth gate and insert in one round trip.
 
     $1 id, $2 type, $3 component id, $4 max_attempts, $5 priority, $6 session, $7 user,
@@ -49,7 +49,7 @@ def _submit_sql(s: str, now: str) -> str:
             ) >= $20::bigint AS user_full
         ),
         ins AS (
-            INSERT INTO {s}.runs ({_INSERT_COLUMNS})
+            INSERT INTO {s}.runs ({INSERT_COLUMNS})
             SELECT $1, $2, $3, 'queued', 0, $4, $5, $6, $7, $8, $9, $10, $11, $12,
                    {now}, {now}, {now} + $13::float8, $14, $15, $18::text, $21::float8
             WHERE NOT EXISTS (SELECT 1 FROM existing)
@@ -69,9 +69,9 @@ def _submit_sql(s: str, now: str) -> str:
         FROM (SELECT 1) AS one LEFT JOIN ins ON true"""
 
 
-def _batch_sql(s: str, now: str) -> dict[str, str]:
+def batch_sql(s: str, now: str) -> dict[str, str]:
     """What ``submit_batch`` asks inside its transaction before its COPY: stored
-    idempotency keys of the batch, bounded depth counts (as ``_submit_sql``'s gate) and the
+    idempotency keys of the batch, bounded depth counts (as ``submit_sql``'s gate) and the
     stored runs that answer items."""
     queued = f"SELECT 1 FROM {s}.runs WHERE status = 'queued'"
     return {
@@ -93,4 +93,4 @@ def _batch_sql(s: str, now: str) -> dict[str, str]:
 
 #: The columns ``PostgresStore.submit_many`` copies into the run table, in record order: what
 #: the single submit's INSERT writes, with the transaction's clock filled in by the caller.
-SUBMIT_COPY_COLUMNS: tuple[str, ...] = tuple(c.strip() for c in _INSERT_COLUMNS.split(","))
+SUBMIT_COPY_COLUMNS: tuple[str, ...] = tuple(c.strip() for c in INSERT_COLUMNS.split(","))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runq.store.postgres.statements.common import _ACTIVE, _clock
-from runq.store.postgres.statements.runs import _INSERT_COLUMNS
+from runq.store.postgres.statements.fragments import ACTIVE_LIST, clock_expr
+from runq.store.postgres.statements.runs import INSERT_COLUMNS
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +26,7 @@ def _fire_slot_sql(s: str, now: str) -> str:
     """Record one slot of a schedule and insert its run in one statement.
 
     $1 schedule, $2 slot time, $3 skip while the previous run is not final (overlap =
-    "skip"), then the run's columns as in ``_submit_sql`` from $4 (id) to $18 (payload).
+    "skip"), then the run's columns as in ``submit_sql`` from $4 (id) to $18 (payload).
     The schedule row is locked first, so replicas firing the same schedule take turns; the
     slot's primary key is what makes a slot fire once: a replica that comes second inserts
     nothing and so makes no run. Slot, run and schedule row commit together, so a replica
@@ -39,7 +39,7 @@ def _fire_slot_sql(s: str, now: str) -> str:
         busy AS MATERIALIZED (
             SELECT $3::bool AND EXISTS (
                 SELECT 1 FROM {s}.runs r
-                WHERE r.id = (SELECT last_run_id FROM st) AND r.status IN ({_ACTIVE})
+                WHERE r.id = (SELECT last_run_id FROM st) AND r.status IN ({ACTIVE_LIST})
             ) AS b
         ),
         slot AS (
@@ -50,7 +50,7 @@ def _fire_slot_sql(s: str, now: str) -> str:
             RETURNING run_id
         ),
         ins AS (
-            INSERT INTO {s}.runs ({_INSERT_COLUMNS})
+            INSERT INTO {s}.runs ({INSERT_COLUMNS})
             SELECT $4, $5, $6, 'queued', 0, $7, $8, $9, $10, $11, $12, $13, $14, $15,
                    {now}, {now}, {now} + $16::float8, $17, $18, NULL::text, NULL::float8
             FROM slot WHERE slot.run_id IS NOT NULL
@@ -72,7 +72,7 @@ def _fire_slot_sql(s: str, now: str) -> str:
 
 def build_schedules(schema: str, offset: float) -> ScheduleStatements:
     """The schedule and unique-run statements of one schema at one clock offset."""
-    s, now = schema, _clock(offset)
+    s, now = schema, clock_expr(offset)
     return ScheduleStatements(
         # A schedule seen for the first time starts counting its slots from now, so a new
         # schedule never fires for the past. $1 names.

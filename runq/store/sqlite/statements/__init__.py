@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from runq.store.sqlite.statements.claims import ClaimShape, _claims
-from runq.store.sqlite.statements.common import (
+from runq.store.sqlite.statements.claims import ClaimShape, claims_sql
+from runq.store.sqlite.statements.events import events_sql
+from runq.store.sqlite.statements.fragments import (
     BEGIN,
     BEGIN_IMMEDIATE,
     COMMIT,
@@ -21,16 +22,14 @@ from runq.store.sqlite.statements.common import (
     ROLLBACK,
     pragmas,
 )
-from runq.store.sqlite.statements.events import _events
-from runq.store.sqlite.statements.flow import _depth_gates, _flow, _usage
-from runq.store.sqlite.statements.lifecycle import _lifecycle
+from runq.store.sqlite.statements.lifecycle import lifecycle_sql
+from runq.store.sqlite.statements.limits import depth_gates_sql, limits_sql, usage_sql
 from runq.store.sqlite.statements.operations import (
-    _maintenance,
-    _reap,
-    _reseal_updates,
-    _worker,
-    count_listed,
-    list_page,
+    LISTING,
+    maintenance_sql,
+    reap_sql,
+    reseal_updates_sql,
+    worker_sql,
 )
 from runq.store.sqlite.statements.schedules import ScheduleStatements, build_schedules
 
@@ -38,6 +37,7 @@ __all__ = [
     "BEGIN",
     "BEGIN_IMMEDIATE",
     "COMMIT",
+    "LISTING",
     "NOW",
     "PING",
     "ROLLBACK",
@@ -46,8 +46,6 @@ __all__ = [
     "Statements",
     "build",
     "build_schedules",
-    "count_listed",
-    "list_page",
     "pragmas",
 ]
 
@@ -98,7 +96,7 @@ class Statements:
     migrations_table_exists: str
     applied_versions: str
     ids_with_prefix: str
-    # -- flow control: limits, rate windows, pauses ------------------------------------
+    # -- limits: rate windows, pauses ------------------------------------
     running_by_component: str
     rate_windows_get: str
     rate_windows_bump: str
@@ -162,26 +160,26 @@ def build(schema: str) -> Statements:
             " :deployment_id, :idempotency_key, :origin, :now, :now, :now + :delay,"
             " :has_request, :payload, :concurrency_key, :timeout_seconds)"
         ),
-        claims=_claims(t),
-        reap=_reap(t),
-        reseal_update=_reseal_updates(t),
-        **_lifecycle(t),
-        **_worker(t, w),
-        **_usage(t, f"{schema}_budget_usage"),
-        **_maintenance(t, w),
+        claims=claims_sql(t),
+        reap=reap_sql(t),
+        reseal_update=reseal_updates_sql(t),
+        **lifecycle_sql(t),
+        **worker_sql(t, w),
+        **usage_sql(t, f"{schema}_budget_usage"),
+        **maintenance_sql(t, w),
         **_migrations(f"{schema}_schema_migrations"),
         # The range walks the primary key from the prefix on; substr keeps it exact.
         ids_with_prefix=(
             f"SELECT id FROM {t} WHERE id >= :prefix AND id < :upper"
             " AND substr(id, 1, length(:prefix)) = :prefix ORDER BY id LIMIT :limit"
         ),
-        **_flow(t, f"{schema}_rate_windows", f"{schema}_pauses"),
-        **_depth_gates(t),
+        **limits_sql(t, f"{schema}_rate_windows", f"{schema}_pauses"),
+        **depth_gates_sql(t),
         seal_check_get=f"SELECT key_id FROM {schema}_seal_check WHERE id = 1",
         seal_check_put=(
             f"INSERT INTO {schema}_seal_check (id, key_id, updated_at) VALUES (1, ?, ?)"
             " ON CONFLICT (id) DO UPDATE SET key_id = excluded.key_id,"
             " updated_at = excluded.updated_at"
         ),
-        **_events(t, f"{schema}_run_events"),
+        **events_sql(t, f"{schema}_run_events"),
     )

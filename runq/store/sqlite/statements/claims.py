@@ -5,13 +5,13 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from runq.flow import NO_CAP
-from runq.store.sqlite.statements.common import (
-    _ACTIVE_IN,
-    _BLOCKED_CONFIGURATION,
-    _BLOCKED_PAIR,
-    _BLOCKED_USER,
-    _COMPONENT,
+from runq.limits import NO_CAP
+from runq.store.sqlite.statements.fragments import (
+    ACTIVE_IN,
+    BLOCKED_CONFIGURATION,
+    BLOCKED_PAIR,
+    BLOCKED_USER,
+    COMPONENT,
 )
 from runq.store.statements import (
     sources_of,
@@ -38,7 +38,7 @@ class ClaimShape:
 #: is the pattern's own wildcard and patterns hold no other GLOB character.
 _GROUP = (
     "(SELECT CAST(p.key AS INTEGER) FROM json_each(:pats) p"
-    f" WHERE {_COMPONENT} GLOB p.value ORDER BY p.key LIMIT 1)"
+    f" WHERE {COMPONENT} GLOB p.value ORDER BY p.key LIMIT 1)"
 )
 
 
@@ -65,7 +65,7 @@ def _claim(t: str, shape: ClaimShape) -> str:
         # Paused work is skipped by every claim at once; the table is tiny, usually empty.
         f"NOT EXISTS (SELECT 1 FROM {pauses} p"
         " WHERE (p.kind = 'deployment' AND p.target = r.deployment_id)"
-        f" OR (p.kind = 'component' AND {_COMPONENT} GLOB p.target))",
+        f" OR (p.kind = 'component' AND {COMPONENT} GLOB p.target))",
     ]
     if shape.limited:
         # A group with no room is filtered inside the walk, so its runs do not fill the
@@ -78,15 +78,15 @@ def _claim(t: str, shape: ClaimShape) -> str:
         # another active run of its session is older, or is running or paused.
         filters.append(
             f"(r.session_id IS NULL OR NOT EXISTS (SELECT 1 FROM {t} s"
-            f" WHERE s.session_id = r.session_id AND s.{_ACTIVE_IN} AND s.id <> r.id"
+            f" WHERE s.session_id = r.session_id AND s.{ACTIVE_IN} AND s.id <> r.id"
             " AND (s.id < r.id OR s.status <> 'queued')))"
         )
     if shape.block_users:
-        filters.append(_BLOCKED_USER)
+        filters.append(BLOCKED_USER)
     if shape.block_configurations:
-        filters.append(_BLOCKED_CONFIGURATION)
+        filters.append(BLOCKED_CONFIGURATION)
     if shape.block_pairs:
-        filters.append(_BLOCKED_PAIR)
+        filters.append(BLOCKED_PAIR)
     where = " AND ".join(filters)
     order = "ORDER BY r.priority, r.available_at, r.id LIMIT :slots"
     # Walk the claim index in claim order so LIMIT stops early; one run by id is a
@@ -137,7 +137,7 @@ def _claim(t: str, shape: ClaimShape) -> str:
     )
 
 
-def _claims(t: str) -> dict[ClaimShape, str]:
+def claims_sql(t: str) -> dict[ClaimShape, str]:
     return {
         shape: _claim(t, shape)
         for shape in itertools.starmap(ClaimShape, itertools.product((False, True), repeat=7))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runq.store.sqlite.statements.common import _FINAL_IN
+from runq.store.sqlite.statements.fragments import FINAL_IN
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +23,7 @@ def build_console(schema: str) -> ConsoleStatements:
         # the status index). Epoch seconds are positive, so the integer cast is the floor.
         finished_per_minute=(
             "SELECT CAST(completed_at / 60 AS INTEGER) * 60 AS minute, status, count(*)"
-            f" FROM {t} INDEXED BY {t}_final_idx WHERE {_FINAL_IN} AND completed_at >= :since"
+            f" FROM {t} INDEXED BY {t}_final_idx WHERE {FINAL_IN} AND completed_at >= :since"
             " GROUP BY minute, status"
         ),
         # Running runs per lease holder, through the lease index (status = 'running').

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from runq.store.sqlite.statements.common import _fence
+from runq.store.sqlite.statements.fragments import fence
 
 
-def _events(t: str, e: str) -> dict[str, str]:
+def events_sql(t: str, e: str) -> dict[str, str]:
     """The event log. Lifecycle events are written by the triggers of migration 0005; a
     handler's batch checks its fence and numbers its rows after the last stored one, all in
     one write transaction (SQLite has one writer at a time, so nobody numbers in between)."""
     return {
-        "events_fence": f"SELECT 1 FROM {t} WHERE {_fence('append_events')}",
+        "events_fence": f"SELECT 1 FROM {t} WHERE {fence('append_events')}",
         "events_last_seq": f"SELECT coalesce(max(seq), 0) FROM {e} WHERE run_id = ?",
         "events_insert": (
             f"INSERT INTO {e} (run_id, seq, attempt, at, kind, data) VALUES (?, ?, ?, ?, ?, ?)"

@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from runq.listing import RunCursor, RunFilter
 from runq.seal import SEALED_COLUMNS
-from runq.store.sqlite.statements.common import _FENCE, _FINAL_IN, _LEASE_CLEAR, _fence
-from runq.store.sqlite.statements.lifecycle import _fail
+from runq.store.listing_sql import ListingDialect
+from runq.store.sqlite.statements.fragments import FENCE, FINAL_IN, LEASE_CLEAR, fence
+from runq.store.sqlite.statements.lifecycle import fail_sql
 from runq.store.statements import (
-    Params,
-    listing_clauses,
-    order_by,
     reap_exhausted_error,
     target_of,
-    where_sql,
 )
 
 
-def _reap(t: str) -> str:
+def reap_sql(t: str) -> str:
     """The reaper's rules as one statement: the rules are CASE arms in their order (inside a
     non-idempotent section, no saved request, out of attempts), and the WHERE rechecks
     staleness on the row itself, so a lease renewed meanwhile is left alone."""
@@ -82,7 +76,7 @@ def _oldest_queued(t: str) -> str:
     )
 
 
-def _worker(t: str, workers: str) -> dict[str, str]:
+def worker_sql(t: str, workers: str) -> dict[str, str]:
     return {
         "heartbeat": (
             f"UPDATE {t} SET locked_at = :now"
@@ -97,41 +91,41 @@ def _worker(t: str, workers: str) -> dict[str, str]:
         "release": (
             f"UPDATE {t} SET status = 'queued', attempt = attempt - 1,"
             " started_at = CASE WHEN attempt = 1 THEN NULL ELSE started_at END,"
-            f" error = coalesce(:error, error), updated_at = :now, {_LEASE_CLEAR}"
-            f" WHERE {_FENCE}"
+            f" error = coalesce(:error, error), updated_at = :now, {LEASE_CLEAR}"
+            f" WHERE {FENCE}"
         ),
         "complete": (
             f"UPDATE {t} SET status = {target_of('complete')}, answer = :answer,"
             " termination_reason = :reason, completed_at = :now, updated_at = :now,"
-            f" {_LEASE_CLEAR}, resume_state = NULL, decision = NULL, non_idempotent = 0"
-            f" WHERE {_fence('complete')} RETURNING id"
+            f" {LEASE_CLEAR}, resume_state = NULL, decision = NULL, non_idempotent = 0"
+            f" WHERE {fence('complete')} RETURNING id"
         ),
-        "fail": _fail(t),
+        "fail": fail_sql(t),
         "pause": (
             f"UPDATE {t} SET status = {target_of('pause')}, pause_reason = :reason,"
             " resume_state = :state, pause_summary = :summary,"
             # continued_at marks "this pause was answered"; a new pause is unanswered.
-            f" decision = NULL, continued_at = NULL, updated_at = :now, {_LEASE_CLEAR}"
-            f" WHERE {_fence('pause')} RETURNING id"
+            f" decision = NULL, continued_at = NULL, updated_at = :now, {LEASE_CLEAR}"
+            f" WHERE {fence('pause')} RETURNING id"
         ),
         "settle_cancelled": (
             f"UPDATE {t} SET status = {target_of('settle_cancelled')},"
             " termination_reason = 'cancelled',"
-            f" completed_at = :now, updated_at = :now, {_LEASE_CLEAR},"
+            f" completed_at = :now, updated_at = :now, {LEASE_CLEAR},"
             " resume_state = NULL, decision = NULL"
-            f" WHERE {_fence('settle_cancelled')} RETURNING id"
+            f" WHERE {fence('settle_cancelled')} RETURNING id"
         ),
         "non_idempotent": (
-            f"UPDATE {t} SET non_idempotent = :inside WHERE {_fence('set_non_idempotent')}"
+            f"UPDATE {t} SET non_idempotent = :inside WHERE {fence('set_non_idempotent')}"
             " RETURNING id"
         ),
     }
 
 
-def _maintenance(t: str, w: str) -> dict[str, str]:
+def maintenance_sql(t: str, w: str) -> dict[str, str]:
     final = (
         f"SELECT id FROM {t} INDEXED BY {t}_final_idx"
-        f" WHERE {_FINAL_IN} AND completed_at < :cutoff LIMIT :batch"
+        f" WHERE {FINAL_IN} AND completed_at < :cutoff LIMIT :batch"
     )
     paused = (
         f"SELECT id FROM {t} INDEXED BY {t}_paused_idx"
@@ -173,47 +167,17 @@ def _maintenance(t: str, w: str) -> dict[str, str]:
     }
 
 
-def _reseal_updates(t: str) -> dict[str, str]:
+def reseal_updates_sql(t: str) -> dict[str, str]:
     # Compare-and-set on the old value: a column rewritten meanwhile (an answer stored by a
     # completion) is already under the new key and is left alone.
     return {c: f"UPDATE {t} SET {c} = ? WHERE id = ? AND {c} = ?" for c in SEALED_COLUMNS}
 
 
-#: "Submitted by a service account", on the actor JSON (``model.Actor``).
-_SERVICE_ACCOUNT = "coalesce(json_extract(actor, '$.service_account'), 0)"
-
-
-def _listing(
-    schema: str, where: RunFilter, after: RunCursor | None, sort_order: str
-) -> tuple[str, list[Any]]:
-    # Numbered placeholders: the cursor's created_at appears twice.
-    p = Params(lambda n: f"?{n}")
-    clauses = listing_clauses(where, after, sort_order, p, service_account=_SERVICE_ACCOUNT)
-    return f"FROM {schema}_runs{where_sql(clauses)}", p.values
-
-
-def list_page(
-    schema: str,
-    where: RunFilter,
-    *,
-    after: RunCursor | None,
-    sort_by: str,
-    sort_order: str,
-    limit: int,
-    offset: int,
-) -> tuple[str, list[Any]]:
-    """One page of a run listing, and its arguments. Only whitelisted identifiers, enum
-    values and ints are interpolated; every value is a parameter. The id tie-break keeps
-    pages stable and makes (created_at, id) a keyset cursor."""
-    body, args = _listing(schema, where, after, sort_order)
-    page = (
-        f"SELECT * {body} ORDER BY {order_by(sort_by, sort_order)} "
-        f"LIMIT {int(limit)} OFFSET {int(offset)}"
-    )
-    return page, args
-
-
-def count_listed(schema: str, where: RunFilter) -> tuple[str, list[Any]]:
-    """How many runs the listing's filter matches (the cursor does not count)."""
-    body, args = _listing(schema, where, None, "desc")
-    return f"SELECT count(*) {body}", args
+#: What a run listing's SQL (``runq.store.listing_sql``) spells this engine's way.
+LISTING = ListingDialect(
+    table="{schema}_runs",
+    # Numbered: the cursor's created_at appears twice.
+    placeholder=lambda n: f"?{n}",
+    # "Submitted by a service account", on the actor JSON (``model.Actor``).
+    service_account="coalesce(json_extract(actor, '$.service_account'), 0)",
+)

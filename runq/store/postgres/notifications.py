@@ -1,0 +1,219 @@
+"""PostgreSQL's notifications: ``NOTIFY`` through the pool, ``LISTEN`` on a connection of
+its own, both on the installation's channel (one per schema).
+
+``PostgresNotifications`` is what ``PostgresStore.notifications()`` returns: ``send`` is a
+``NOTIFY`` every replica hears; ``listen`` (run by a daemon) holds the ``Listener``, whose
+messages go through ``deliver`` to this process's claimers, executors and followers. Where
+no direct connection can hold a ``LISTEN`` (behind PgBouncer without ``[store]
+listen_url``) ``listen`` returns at once and every reader polls.
+
+The ``Listener`` reconnects for ever. During an outage every replica retries, so the
+retries must stay cheap for the database coming back and quiet for the operator: the delay
+doubles from ``RECONNECT_MIN`` up to ``RECONNECT_MAX`` with jitter (replicas do not retry in
+step), and is reset only by a connection that held for ``KEEPALIVE_SECONDS``. The outage is
+logged once when it starts (warning) and once when it ends (info, with how long it lasted
+and how many attempts it took); each failed attempt in between is a debug line. After a
+reconnection it delivers one ``wake``: anything announced while it was away is found by
+that claim pass, or by the poll.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import anyio
+import asyncpg
+from anyio.abc import TaskStatus
+
+from runq.config import redact_url
+from runq.log import get_logger
+from runq.loops import LISTENER_BACKOFF, Backoff
+from runq.metrics import STORE_ERRORS
+from runq.store.notifications import WAKE_MESSAGE, Notifications
+
+log = get_logger(__name__)
+
+#: How often the listener proves its connection alive; a dead one is replaced.
+KEEPALIVE_SECONDS = 5.0
+#: The first reconnect delay and the cap the doubling stops at (seconds, before jitter).
+RECONNECT_MIN = LISTENER_BACKOFF.base
+RECONNECT_MAX = LISTENER_BACKOFF.cap
+
+
+class PostgresNotifications(Notifications):
+    """``NOTIFY`` with ``send`` (``notify``: the store's pool), ``LISTEN`` with ``listen``."""
+
+    crosses_processes = True
+
+    def __init__(
+        self,
+        notify: Callable[[str], Awaitable[None]],
+        channel: str,
+        listen_url: str | None,
+        *,
+        keepalive_sql: str,
+    ) -> None:
+        super().__init__()
+        self._notify = notify
+        self.channel = channel
+        self._listen_url = listen_url
+        self._keepalive_sql = keepalive_sql
+        self.listener: Listener | None = None
+
+    async def send(self, payload: str) -> None:
+        """One ``NOTIFY`` on the channel; raises when it cannot be sent."""
+        await self._notify(payload)
+
+    @property
+    def listening(self) -> bool:
+        return self.listener is not None and self.listener.connected
+
+    async def listen(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        if self._listen_url is None:
+            task_status.started()  # behind PgBouncer with no direct URL: readers poll
+            return
+        self.listener = Listener(
+            self._listen_url,
+            self.channel,
+            deliver=self.deliver,
+            keepalive_sql=self._keepalive_sql,
+        )
+        await self.listener.run(task_status=task_status)
+
+
+class Listener:
+    """``LISTEN`` on the store's channel on a connection of its own; hands every message to
+    ``deliver`` (``Notifications.deliver``)."""
+
+    def __init__(
+        self,
+        url: str,
+        channel: str,
+        *,
+        deliver: Callable[[str], None],
+        keepalive_sql: str,
+        backoff: Backoff = LISTENER_BACKOFF,
+    ) -> None:
+        self._url = url
+        self._channel = channel
+        self._deliver = deliver
+        #: The trivial statement that proves the connection alive (the store's ``ping``).
+        self._keepalive_sql = keepalive_sql
+        self._backoff = backoff
+        self.connected = False
+        self.reconnects = 0
+        self._listened_once = False
+        self._started_reported = False
+        self._connected_at = 0.0
+        self._held_for = 0.0
+        self._outage: _Outage | None = None
+
+    def _dispatch(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        self._deliver(payload)
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Listen until cancelled, reconnecting forever. Reports started after the first
+        LISTEN (or the first failure, so a database outage never blocks the start)."""
+        attempts = 0
+        while True:
+            self._held_for = 0.0
+            failure: str | None = None
+            try:
+                await self._listen_once(task_status)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as e:
+                failure = str(e) or type(e).__name__
+            if self._held_for >= KEEPALIVE_SECONDS:
+                # A connection that held was a healthy period: this is a new outage.
+                attempts = 0
+            attempts += 1
+            if failure is not None:
+                STORE_ERRORS.labels(service="listener").inc()
+                self._note_failure(failure, self._backoff.ceiling(attempts))
+            self._report_started(task_status)
+            self.connected = False
+            await anyio.sleep(self._backoff.delay(attempts))
+
+    def _note_failure(self, error: str, delay: float) -> None:
+        """The first failure of an outage is a warning; the rest of it, debug lines."""
+        if self._outage is None:
+            self._outage = _Outage(started=anyio.current_time())
+            log.warning(
+                "listener.disconnected",
+                error=error,
+                url=redact_url(self._url),
+                retry_in=round(delay, 2),
+            )
+        else:
+            self._outage.failures += 1
+            log.debug("listener.retry_failed", error=error, retry_in=round(delay, 2))
+
+    def _note_connected(self) -> None:
+        """The end of an outage, logged once with its length and attempts."""
+        outage, self._outage = self._outage, None
+        if self._listened_once:
+            self.reconnects += 1
+            log.info(
+                "listener.reconnected",
+                channel=self._channel,
+                outage_seconds=None if outage is None else round(outage.seconds, 1),
+                failed_attempts=None if outage is None else outage.failures + 1,
+            )
+        else:
+            log.info("listener.listening", channel=self._channel)
+
+    def _report_started(self, task_status: TaskStatus[None]) -> None:
+        if not self._started_reported:
+            self._started_reported = True
+            task_status.started()
+
+    async def _listen_once(self, task_status: TaskStatus[None]) -> None:
+        conn = await asyncpg.connect(
+            self._url, timeout=10, server_settings={"application_name": "runq-listener"}
+        )
+        lost = anyio.Event()
+        conn.add_termination_listener(lambda _c: lost.set())
+        try:
+            await conn.add_listener(self._channel, self._dispatch)
+            self.connected = True
+            self._connected_at = anyio.current_time()
+            self._note_connected()
+            if self._listened_once:
+                # Whatever was announced while away: one claim pass finds it.
+                self._deliver(WAKE_MESSAGE)
+            self._listened_once = True
+            self._report_started(task_status)
+            await self._keepalive(conn, lost)
+        finally:
+            if self.connected:
+                self._held_for = anyio.current_time() - self._connected_at
+            self.connected = False
+            with anyio.CancelScope(shield=True):
+                await _close_quietly(conn)
+
+    async def _keepalive(self, conn: asyncpg.Connection, lost: anyio.Event) -> None:
+        while True:
+            with anyio.move_on_after(KEEPALIVE_SECONDS):
+                await lost.wait()
+            if lost.is_set():
+                raise ConnectionError("listener connection closed")
+            with anyio.fail_after(KEEPALIVE_SECONDS):
+                await conn.execute(self._keepalive_sql)
+
+
+@dataclass
+class _Outage:
+    started: float
+    failures: int = 0
+
+    @property
+    def seconds(self) -> float:
+        return anyio.current_time() - self.started
+
+
+async def _close_quietly(conn: asyncpg.Connection) -> None:
+    try:
+        with anyio.move_on_after(2):
+            await conn.close()
+    except Exception:
+        conn.terminate()
