@@ -38,7 +38,7 @@ from runq import Actor, Queue
 from runq.config import Config, load_config
 from runq.log import configure_logging
 from runq.serve.supervisor import Supervisor
-from runq.store import rows as store_common
+from runq.store import codec as store_common
 
 ROOT = common.BENCH_DIR.parent
 RUNQ_BIN = str(Path(sys.executable).parent / "runq")
