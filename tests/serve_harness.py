@@ -9,6 +9,10 @@ Import the fixtures into a test module (or a conftest that does not shadow the r
 
 ``runq_setup`` is one database shared by the test's servers and the test itself (SQLite file
 or a fresh Postgres schema; parametrised over both engines through ``engine``).
+``private_pg_setup`` (with ``private_pg_serve_factory``) is the same on a private PostgreSQL
+cluster of the test's own (``private_pg``, a ``pgcluster.PgCluster``), for tests that stop,
+crash or fail over the server; ``database_for(engine, workdir, store_url=...)`` builds one
+on any URL (a standby pair's multi-host URL, for example).
 ``serve_factory(config)`` starts a server whose config is the setup's base config (store,
 seal key, a free HTTP port, the test components of ``serve_handlers``) merged with
 ``config``, and waits until it is ready: ``READY=1`` on its ``NOTIFY_SOCKET`` (migrations
@@ -36,6 +40,7 @@ import anyio
 import httpx
 import pytest
 from helpers import wait_for
+from pgcluster import PgCluster, PgClusterFactory
 
 from runq.config import Config, load_config
 from runq.seal import generate_key
@@ -75,6 +80,9 @@ __all__ = [
     "pg_ready",
     "pg_serve_factory",
     "pg_setup",
+    "private_pg",
+    "private_pg_serve_factory",
+    "private_pg_setup",
     "runq_engine",
     "runq_setup",
     "serve_factory",
@@ -171,7 +179,7 @@ def api_available() -> bool:
 class RunqSetup:
     """The database a test's servers share, and the base config that points at it."""
 
-    def __init__(self, engine: str, workdir: Path) -> None:
+    def __init__(self, engine: str, workdir: Path, *, store_url: str | None = None) -> None:
         self.engine = engine
         self.workdir = workdir
         self.key_file = workdir / "seal.key"
@@ -179,7 +187,7 @@ class RunqSetup:
         self.key_file.chmod(0o600)
         if engine == "postgres":
             self.schema = new_schema_name()
-            self.store_url = PG_URL
+            self.store_url = store_url or PG_URL
         else:
             self.schema = "runq"
             self.store_url = f"sqlite:///{workdir / 'runq.db'}"
@@ -257,7 +265,8 @@ class RunqSetup:
         )
 
     async def cleanup(self) -> None:
-        if self.engine == "postgres":
+        # A private cluster goes with its directory; only the shared server keeps schemas.
+        if self.engine == "postgres" and self.store_url == PG_URL:
             await drop_schema(self.schema)
 
 
@@ -402,9 +411,9 @@ class RunqServer:
             await self.terminate()
         return await self.start()
 
-    def postgres_client_ports(self) -> list[int]:
-        """Local TCP ports of this server's connections to PostgreSQL (port 5432), read from
-        /proc: ``pg_stat_activity.client_port`` then names exactly its sessions."""
+    def postgres_client_ports(self, server_port: int = 5432) -> list[int]:
+        """Local TCP ports of this server's connections to PostgreSQL (at ``server_port``),
+        read from /proc: ``pg_stat_activity.client_port`` then names exactly its sessions."""
         inodes = set()
         for fd in Path(f"/proc/{self.pid}/fd").iterdir():
             with contextlib.suppress(OSError):
@@ -418,7 +427,7 @@ class RunqServer:
                 for line in lines:
                     fields = line.split()
                     local, remote, inode = fields[1], fields[2], fields[9]
-                    if inode in inodes and int(remote.rsplit(":", 1)[1], 16) == 5432:
+                    if inode in inodes and int(remote.rsplit(":", 1)[1], 16) == server_port:
                         ports.append(int(local.rsplit(":", 1)[1], 16))
         return ports
 
@@ -487,9 +496,12 @@ def pg_ready() -> None:
 
 
 @asynccontextmanager
-async def database_for(engine: str, workdir: Path) -> AsyncIterator[RunqSetup]:
-    """One test's database on ``engine``, dropped afterwards (a Postgres schema)."""
-    setup = RunqSetup(engine, workdir)
+async def database_for(
+    engine: str, workdir: Path, *, store_url: str | None = None
+) -> AsyncIterator[RunqSetup]:
+    """One test's database on ``engine``, dropped afterwards (a Postgres schema); on
+    PostgreSQL at ``store_url`` when given, else at the shared server."""
+    setup = RunqSetup(engine, workdir, store_url=store_url)
     try:
         yield setup
     finally:
@@ -546,4 +558,24 @@ async def pg_serve_factory(pg_setup: RunqSetup) -> AsyncIterator[ServeFactory]:
 async def sqlite_serve_factory(sqlite_setup: RunqSetup) -> AsyncIterator[ServeFactory]:
     """``serve_factory`` on a SQLite-only setup."""
     async with servers_on(sqlite_setup) as factory:
+        yield factory
+
+
+@pytest.fixture
+async def private_pg(pg_clusters: PgClusterFactory) -> PgCluster:
+    """A private PostgreSQL cluster of this test, started (``tests/pgcluster.py``)."""
+    return await pg_clusters.start()
+
+
+@pytest.fixture
+async def private_pg_setup(private_pg: PgCluster, tmp_path: Path) -> AsyncIterator[RunqSetup]:
+    """A Postgres setup on ``private_pg``: the test may stop, crash or restart it."""
+    async with database_for("postgres", tmp_path, store_url=private_pg.url) as setup:
+        yield setup
+
+
+@pytest.fixture
+async def private_pg_serve_factory(private_pg_setup: RunqSetup) -> AsyncIterator[ServeFactory]:
+    """``serve_factory`` on ``private_pg_setup``."""
+    async with servers_on(private_pg_setup) as factory:
         yield factory
