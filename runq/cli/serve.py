@@ -74,6 +74,7 @@ def work_cmd(
 ) -> None:
     """One bounded sweep for cron: oldest first. Exit 0 even when runs failed; 1 when the
     queue cannot be read."""
+    from runq.store.replication import check_at_start
     from runq.worker.claimer import SweepReport, sweep
     from runq.worker.runtime import WorkerRuntime
 
@@ -81,6 +82,9 @@ def work_cmd(
 
     async def go() -> SweepReport:
         async with cli_ctx.queue(migrate=True, components=True, create=create) as q:
+            await check_at_start(
+                q.store, required=config.store.require_synchronous_replication, announce=False
+            )
             runtime = WorkerRuntime(store=q.store, config=config, components=q.components)
             return await sweep(
                 q.store,

@@ -38,7 +38,7 @@ from runq.config.services import (
     WORKER_PRUNE_INTERVAL_SECONDS,
     WORKER_ROW_MAX_AGE_SECONDS,
 )
-from runq.config.store import StoreConfig, redact_url, store_engine
+from runq.config.store import WRITABLE_TARGETS, StoreConfig, redact_url, store_engine
 from runq.config.validation import validate
 
 __all__ = [
@@ -60,6 +60,7 @@ __all__ = [
     "TRANSPORTS",
     "WORKER_PRUNE_INTERVAL_SECONDS",
     "WORKER_ROW_MAX_AGE_SECONDS",
+    "WRITABLE_TARGETS",
     "BudgetConfig",
     "BudgetLimit",
     "CliConfig",

@@ -46,6 +46,7 @@ from runq.serve.http_server import (
 )
 from runq.serve.systemd import SystemdNotifier
 from runq.store.base import Store
+from runq.store.replication import check_at_start
 from runq.transports.postgres import Listener, is_listenable
 from runq.worker.claimer import Claimer, ClaimerConfig
 from runq.worker.execution import Interrupt
@@ -226,7 +227,11 @@ class Supervisor:
         if not is_listenable(store) or listen_url is None:
             return  # behind PgBouncer with no direct URL: claims poll
         self.listener = Listener(
-            listen_url, store.channel, on_wake=self._wake_claimer, on_cancel=self._cancel_local
+            listen_url,
+            store.channel,
+            on_wake=self._wake_claimer,
+            on_cancel=self._cancel_local,
+            connector=store.listen_connector(),
         )
         await services.start(self.listener.run)
 
@@ -383,6 +388,7 @@ async def serve(config: Config, *, on_ready: Callable[[], None] | None = None) -
                 Queue.open(config=config, migrate=True, components=components)
             )
             await refuse_a_foreign_seal_key(queue.store)
+            await check_at_start(queue.store, required=config.store.require_synchronous_replication)
             return await Supervisor(queue, on_ready=on_ready).run()
     finally:
         with anyio.CancelScope(shield=True):

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import asyncpg
 
 DEFAULT_ROUTE = "sync"
 TRANSPORT_NAMES = ("sync", "local", "postgres")
@@ -61,6 +64,23 @@ class ListenableStore(Protocol):
     channel: str
 
     async def notify(self, payload: str) -> None: ...
+
+    def listen_connector(self) -> ListenConnector | None:
+        """How the listener connects, or None where it cannot listen (poll only)."""
+
+
+class ListenConnector(Protocol):
+    """How the listener opens its connection and proves it still good (the PostgreSQL
+    store's ``PrimaryConnector``: on the writable primary, through a failover)."""
+
+    @property
+    def target(self) -> str:
+        """Where it connects, for logs (no password)."""
+
+    async def connect(self) -> asyncpg.Connection: ...
+
+    async def check(self, conn: asyncpg.Connection) -> None:
+        """Raises (an ``OSError``) when the connection's server no longer takes writes."""
 
 
 def parse_message(payload: str) -> tuple[str, str | None]:

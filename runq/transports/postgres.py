@@ -7,7 +7,9 @@ burst, so no submission is left to the poll unless a NOTIFY fails. Cancels are s
 once. ``Listener`` holds one dedicated connection that ``LISTEN``s on the store's channel;
 when the connection is lost it reconnects with backoff, ``LISTEN``s again and wakes the
 claimers once (anything announced while it was away is found by that claim pass, or by
-the poll).
+the poll). Given the store's ``ListenConnector``, it connects only to the writable primary
+and its keepalive also checks that the server still is one, so after a failover it
+listens on the new primary.
 
 During an outage every replica retries, so the retries must stay cheap for the database
 coming back and quiet for the operator: the delay doubles from ``RECONNECT_MIN`` up to
@@ -32,7 +34,13 @@ from anyio.abc import TaskStatus
 from runq.config import redact_url
 from runq.log import get_logger
 from runq.metrics import STORE_ERRORS
-from runq.transports.base import CANCEL_PREFIX, WAKE_MESSAGE, ListenableStore, parse_message
+from runq.transports.base import (
+    CANCEL_PREFIX,
+    WAKE_MESSAGE,
+    ListenableStore,
+    ListenConnector,
+    parse_message,
+)
 from runq.transports.follow import feed_for_channel, on_channel_message
 
 log = get_logger(__name__)
@@ -136,8 +144,10 @@ class Listener:
         on_cancel: Callable[[str], None],
         reconnect_min: float = RECONNECT_MIN,
         reconnect_max: float = RECONNECT_MAX,
+        connector: ListenConnector | None = None,
     ) -> None:
         self._url = url
+        self._connector = connector
         self._channel = channel
         self._on_wake = on_wake
         self._on_cancel = on_cancel
@@ -217,10 +227,15 @@ class Listener:
             self._started_reported = True
             task_status.started()
 
-    async def _listen_once(self, task_status: TaskStatus[None]) -> None:
-        conn = await asyncpg.connect(
+    async def _connect(self) -> Any:
+        if self._connector is not None:
+            return await self._connector.connect()
+        return await asyncpg.connect(
             self._url, timeout=10, server_settings={"application_name": "runq-listener"}
         )
+
+    async def _listen_once(self, task_status: TaskStatus[None]) -> None:
+        conn = await self._connect()
         lost = anyio.Event()
         conn.add_termination_listener(lambda _c: lost.set())
         try:
@@ -247,7 +262,10 @@ class Listener:
             if lost.is_set():
                 raise ConnectionError("listener connection closed")
             with anyio.fail_after(KEEPALIVE_SECONDS):
-                await conn.execute("SELECT 1")
+                if self._connector is not None:
+                    await self._connector.check(conn)  # still the primary?
+                else:
+                    await conn.execute("SELECT 1")
 
 
 @dataclass

@@ -8,14 +8,23 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+import asyncpg
+
 from runq.flow import FlowRules
 from runq.model import BudgetBlock, Run
 from runq.seal import Sealer
 from runq.store import rows
 from runq.store.postgres import statements as pg_sql
+from runq.store.postgres.cluster import (
+    REPLICATION,
+    PrimaryConnector,
+    PrimaryTracker,
+    replication_report,
+)
 from runq.store.postgres.connection import Pool
 from runq.store.postgres.head import ClaimHead
 from runq.store.postgres.statements.common import channel_name
+from runq.store.replication import ReplicationReport
 from runq.store.statements import check_schema
 
 #: The claim path's own connections (opened on the first claim): one per claim loop of the
@@ -102,6 +111,8 @@ class PostgresBase:
         self.flow = FlowRules()
         self._sealer = sealer
         self._migration_timeout = migration_timeout
+        #: The primary every connection of this store (pools and listener) writes to.
+        self._tracker = PrimaryTracker(url)
         self._db = Pool(
             url,
             min_size=min_size,
@@ -110,6 +121,7 @@ class PostgresBase:
             connect_timeout=connect_timeout,
             application_name=application_name,
             pooled=pgbouncer,
+            tracker=self._tracker,
         )
         # Claims on a connection of their own: a wake-up's claim never queues behind
         # completion writes and heartbeats on the shared pool (the start-latency tail).
@@ -127,6 +139,7 @@ class PostgresBase:
             application_name=f"{application_name} claims",
             pooled=pgbouncer,
             synchronous_commit=False,
+            tracker=self._tracker,
         )
         self._claims_opening = asyncio.Lock()
         self._sql_offset = 0.0
@@ -163,6 +176,18 @@ class PostgresBase:
             return self._listen_url
         return None if self._pgbouncer else self.url
 
+    def listen_connector(self) -> PrimaryConnector | None:
+        """What the ``LISTEN`` connection opens through (on the primary, checked at every
+        keepalive), or None where it cannot listen (``listen_url``)."""
+        url = self.listen_url
+        if url is None:
+            return None
+        return PrimaryConnector(url, self._tracker, application_name="runq-listener")
+
+    @property
+    def server(self) -> str:
+        return self._tracker.server
+
     async def connect(self) -> None:
         await self._db.connect()
 
@@ -181,7 +206,19 @@ class PostgresBase:
             await self._db.close()
 
     async def ping(self) -> None:
-        await self._db.fetchval(self._sql.ping, retry=True)
+        """A round trip that also proves the server takes writes: a pooled connection that
+        outlived a failover on a server now read-only (behind PgBouncer, a moved DNS name)
+        is dropped, and the ping tried again on a fresh one, which finds the primary."""
+
+        async def check(pool: asyncpg.Pool) -> None:
+            async with pool.acquire() as con:
+                await self._tracker.check(con)
+
+        await self._db.call(check, retry=True)
+
+    async def replication(self) -> ReplicationReport:
+        row = await self._db.fetchrow(REPLICATION, retry=True)
+        return replication_report(row, self._tracker.failovers)
 
     async def now(self) -> float:
         value: float = await self._db.fetchval(self._sql.now, retry=True)
