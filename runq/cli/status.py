@@ -123,7 +123,7 @@ def _print_status(
         table.add_row(cell(what), cell(value))
     console = new_console()
     console.print(table)
-    console.print(f"acknowledged: {escape(printable(replication.guarantee))}")
+    console.print(f"guarantee: {escape(printable(replication.guarantee))}")
     for warning in warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(printable(warning))}")
     if problems:

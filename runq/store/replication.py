@@ -61,8 +61,6 @@ class ReplicationReport(msgspec.Struct, frozen=True):
     #: ``synchronous_commit`` of runq's submission and completion sessions.
     synchronous_commit: str = ""
     standbys: tuple[Standby, ...] = ()
-    #: Times this process moved to another primary (``runq_store_failovers_total``).
-    failovers: int = 0
 
     @property
     def synchronous_standbys(self) -> int:
@@ -73,7 +71,8 @@ class ReplicationReport(msgspec.Struct, frozen=True):
         """One sentence: what an acknowledged write survives in this mode."""
         if self.mode is ReplicationMode.SYNCHRONOUS:
             text = (
-                "an acknowledged write is on a synchronous standby too: a failover to it loses none"
+                "every acknowledged write is on a synchronous standby too: "
+                "a failover to it loses none"
             )
             if not self.synchronous_standbys and self.standbys_visible:
                 text += " (no synchronous standby connected now: commits wait for one)"
@@ -83,7 +82,7 @@ class ReplicationReport(msgspec.Struct, frozen=True):
                 "standbys replicate asynchronously: a failover can lose the last "
                 "acknowledged writes"
             )
-        return "no standby: an acknowledged write is as durable as this server's disk"
+        return "no standby: acknowledged writes are as durable as this server's disk"
 
     @property
     def standbys_visible(self) -> bool:

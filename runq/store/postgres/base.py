@@ -218,7 +218,7 @@ class PostgresBase:
 
     async def replication(self) -> ReplicationReport:
         row = await self._db.fetchrow(REPLICATION, retry=True)
-        return replication_report(row, self._tracker.failovers)
+        return replication_report(row)
 
     async def now(self) -> float:
         value: float = await self._db.fetchval(self._sql.now, retry=True)

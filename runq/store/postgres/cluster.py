@@ -122,7 +122,7 @@ class PrimaryTracker:
             # What the new primary promises may differ (a standby promoted alone often
             # runs without a synchronous standby until the old primary rejoins).
             row = await conn.fetchrow(REPLICATION)
-            replication_report(row, self.failovers).log()
+            replication_report(row).log()
 
     def observe(self, address: str) -> bool:
         """A connection reached the writable primary at ``address``; True when that is a
@@ -193,7 +193,7 @@ class PrimaryConnector:
         await self._tracker.check(conn)
 
 
-def replication_report(row: Mapping[str, object], failovers: int) -> ReplicationReport:
+def replication_report(row: Mapping[str, object]) -> ReplicationReport:
     """``ReplicationReport`` from the ``REPLICATION`` statement's row."""
     standbys = tuple(
         Standby(name=str(s["name"]), state=str(s["state"]), sync_state=str(s["sync_state"]))
@@ -210,7 +210,6 @@ def replication_report(row: Mapping[str, object], failovers: int) -> Replication
         synchronous_standby_names=names,
         synchronous_commit=commit,
         standbys=standbys,
-        failovers=failovers,
     )
 
 
