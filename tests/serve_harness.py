@@ -198,6 +198,7 @@ class RunqSetup:
             "seal": {"keys": [f"file:{self.key_file}"]},
             "components": {
                 "task/record": "serve_handlers:record",
+                "task/ledger": "serve_handlers:ledger",
                 "task/block": "serve_handlers:block",
                 "task/slow": "serve_handlers:slow",
                 "task/approve": "serve_handlers:approve",

@@ -127,15 +127,12 @@ def check_required(report: ReplicationReport, *, required: bool) -> None:
     the database replicates synchronously."""
     if not required or report.mode is ReplicationMode.SYNCHRONOUS:
         return
-    settings = (
-        f"synchronous_standby_names = {report.synchronous_standby_names!r}, "
-        f"synchronous_commit = {report.synchronous_commit!r}"
-        if report.synchronous_commit
-        else "no replication"
-    )
+    state = "has no standby" if report.mode is ReplicationMode.NONE else "replicates asynchronously"
     raise ConfigError(
         "store.require_synchronous_replication",
-        f"the database at {report.server} replicates {report.mode.value} ({settings}): "
-        "an acknowledged run could be lost in a failover. Set synchronous_standby_names "
-        "on the primary (and synchronous_commit = on), or set this key to false",
+        f"the database at {report.server} {state} "
+        f"(synchronous_standby_names = {report.synchronous_standby_names!r}, "
+        f"synchronous_commit = {report.synchronous_commit!r}): an acknowledged run could "
+        "be lost in a failover. Name a synchronous standby in synchronous_standby_names "
+        "on the primary, or set this key to false",
     )

@@ -55,6 +55,17 @@ NOT_PRIMARY: tuple[type[BaseException], ...] = (
 )
 
 
+#: What a connect that found no writable server says (asyncpg's words name an enum).
+NO_WRITABLE_SERVER = "no server of the URL takes writes now (each is down, a standby or read-only)"
+
+
+def outage_detail(error: BaseException) -> str:
+    """The words for an outage, in the operator's terms."""
+    if isinstance(error, pgerr.TargetServerAttributeNotMatched):
+        return NO_WRITABLE_SERVER
+    return str(error) or type(error).__name__
+
+
 def target_session_attrs(url: str) -> str | None:
     """The ``target_session_attrs`` the URL asks for, or None."""
     values = parse_qs(urlsplit(url).query).get(TARGET_SESSION_ATTRS)
@@ -181,7 +192,7 @@ class PrimaryConnector:
                 **connect_options(self._url),
             )
         except pgerr.TargetServerAttributeNotMatched as e:
-            raise NotPrimary(f"no server of {self.target} takes writes now") from e
+            raise NotPrimary(f"{self.target}: {NO_WRITABLE_SERVER}") from e
         try:
             await self._tracker.check(conn)
         except BaseException:

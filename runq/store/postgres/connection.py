@@ -15,7 +15,12 @@ import asyncpg.exceptions as pgerr
 
 from runq.config import redact_url
 from runq.errors import StoreUnavailable
-from runq.store.postgres.cluster import NOT_PRIMARY, PrimaryTracker, connect_options
+from runq.store.postgres.cluster import (
+    NOT_PRIMARY,
+    PrimaryTracker,
+    connect_options,
+    outage_detail,
+)
 
 T = TypeVar("T")
 
@@ -121,7 +126,7 @@ class Pool:
         # the first outage in the chain says what actually happened.
         while isinstance(error.__context__, UNAVAILABLE):
             error = error.__context__
-        detail = str(error) or type(error).__name__
+        detail = outage_detail(error)
         return StoreUnavailable(f"PostgreSQL at {redact_url(self.url)} is unavailable: {detail}")
 
     def not_migrated(self, error: BaseException) -> StoreUnavailable:
