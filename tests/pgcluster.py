@@ -344,7 +344,8 @@ class PgCluster:
 
     @property
     def socket_dir(self) -> Path:
-        return self.workspace
+        """Its own: two clusters may share a port on two addresses."""
+        return self.workspace / f"{self.name}.sockets"
 
     @property
     def url(self) -> str:
@@ -408,6 +409,9 @@ class PgCluster:
         whose pid would make the next start believe it still runs."""
         if self.running:
             raise RuntimeError(f"{self.name} is already running")
+        if not self.socket_dir.exists():
+            self.socket_dir.mkdir()
+            _give_to_postgres(self.socket_dir)
         cmd = [self._bin("postgres"), "-D", str(self.data), *self._options()]
         with self.log_path.open("ab") as log:
             process = subprocess.Popen(

@@ -31,7 +31,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -278,9 +278,16 @@ class RunqServer:
     """One ``runq serve`` subprocess with its own config file, port, log file and notify socket."""
 
     def __init__(
-        self, setup: RunqSetup, config: Mapping[str, Any], *, env: Mapping[str, str] | None
+        self,
+        setup: RunqSetup,
+        config: Mapping[str, Any],
+        *,
+        env: Mapping[str, str] | None,
+        prefix: Sequence[str] = (),
     ) -> None:
         self.setup = setup
+        #: A command the server runs under (it must exec it): ``unshare ...``, for example.
+        self.prefix = list(prefix)
         self.name = f"serve-{secrets.token_hex(3)}"
         http = dict(config.get("http", {}))
         if "listen" not in http:
@@ -350,7 +357,8 @@ class RunqServer:
         with self._lock:
             self.notifications.clear()
         env = self.setup.env({"NOTIFY_SOCKET": self._notify_name, **self.extra_env})
-        cmd = [sys.executable, "-m", "runq", "serve", "--config", str(self.config_path)]
+        cmd = [*self.prefix, sys.executable, "-m", "runq", "serve"]
+        cmd += ["--config", str(self.config_path)]
         cmd += ["--log-format", "json"]
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
@@ -456,8 +464,9 @@ class ServeFactory:
         *,
         env: Mapping[str, str] | None = None,
         wait_ready: bool = True,
+        prefix: Sequence[str] = (),
     ) -> RunqServer:
-        server = RunqServer(self.setup, config or {}, env=env)
+        server = RunqServer(self.setup, config or {}, env=env, prefix=prefix)
         self.servers.append(server)
         return await server.start(wait_ready=wait_ready)
 

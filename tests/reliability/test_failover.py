@@ -26,6 +26,7 @@ beside the drill on two cores would distort.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import signal
 import time
@@ -135,6 +136,7 @@ async def test_a_fleet_rides_out_a_failover(
         )
         woken = await listeners_resubscribed(setup, servers)
         moved = [await moves(server, standby) for server in servers]
+        result.give_backs_failed = sum(s.logs().count('"claim.give_back_failed"') for s in servers)
 
     result.report(replication, woken, moved, time.monotonic() - began, capsys)
     assert not producer.unexpected, producer.unexpected[:5]
@@ -151,6 +153,8 @@ async def test_a_fleet_rides_out_a_failover(
         assert not result.lost, f"acknowledged and lost: {result.lost[:5]}"
         unexplained = [r for r in result.twice if r not in result.claims_lost]
         assert not unexplained, f"max_attempts = 1 and executed twice: {unexplained[:5]}"
+        # A give-back whose answer was lost would repeat an attempt too: rule it out.
+        assert not (result.claims_lost and result.give_backs_failed), result.give_backs_failed
         if result.claims_lost:
             # Known, and someone else's to fix: a claim commits without waiting for its
             # WAL (docs/design.md, "Claims commit without waiting"), so a claim made just
@@ -192,19 +196,31 @@ class Result:
     offered: int
     lost: list[str]
     twice: list[str]
-    #: Runs executed twice at the same attempt, first before the kill and again after the
-    #: promotion: the claim never reached the standby.
+    #: Runs executed more than once, every time at the same attempt: a claim's attempt is
+    #: counted again only when that claim is gone, so the first claim never reached the
+    #: standby (a server process whose postmaster was killed may even commit for a moment).
     claims_lost: list[str]
     executions: int
+    #: Runs executed that no 202 acknowledged and the new primary does not have: a
+    #: submission the old primary committed (and a claim ran) but could not acknowledge
+    #: before it died; the client's retry, same idempotency key, made a new run.
+    unacknowledged_executed: list[str]
     #: Executions per second in the 3 s before the kill.
     baseline: float
     back_seconds: float | None
     acks_back_seconds: float | None
+    #: From the promotion to the first acknowledgement and the first execution after it.
+    first_ack: float
+    first_execution: float
     lowest_after_back: float
     outage_seconds: float
     statuses: Counter[str]
     #: Executions per second from 2 s before the kill to the end of the load.
     timeline: list[int]
+    #: Each run executed twice: (attempt, seconds from the promotion, pid) per execution.
+    twice_detail: dict[str, list[tuple[int, float, int]]]
+    #: ``claim.give_back_failed`` lines in the replicas' logs.
+    give_backs_failed: int = 0
 
     def report(
         self,
@@ -222,10 +238,14 @@ class Result:
             f"  acknowledged {self.acked} of {self.offered} offered; lost {len(self.lost)}; "
             f"executed twice {len(self.twice)} (of which a claim lost in the failover: "
             f"{len(self.claims_lost)}); executions {self.executions}",
+            f"  executed, never acknowledged and gone from the new primary: "
+            f"{len(self.unacknowledged_executed)}",
             f"  executions before the kill: {self.baseline:.0f}/s",
             f"  executions back to 95 % of the offered rate {back} after the promotion "
             f"(acknowledgements: {acks_back}); lowest 1 s rate after that "
             f"{self.lowest_after_back:.0f}/s",
+            f"  first acknowledgement {self.first_ack * 1000:.0f} ms and first execution "
+            f"{self.first_execution * 1000:.0f} ms after the promotion",
             f"  no acknowledgement for {self.outage_seconds:.1f}s around the failover; "
             f"answers {dict(self.statuses)}",
             "  NOTIFY after the failover, claimed in: "
@@ -233,6 +253,8 @@ class Result:
             + f" (poll_interval {POLL:g}s)",
             "  per replica (failovers, /readyz database, logged): " + str(moved),
             f"  executions per second from 2 s before the kill: {self.timeline}",
+            *(f"  executed twice: {run_id} {runs}" for run_id, runs in self.twice_detail.items()),
+            f"  give-backs of runs claimed ahead that failed: {self.give_backs_failed}",
         ]
         with capsys.disabled():
             print("\n" + "\n".join(lines))
@@ -246,8 +268,10 @@ async def collect(
     stored = {r["id"] for r in rows}
     ledger = read_ledger(setup.workdir)
     seen: dict[str, list[tuple[int, float]]] = {}
-    for run_id, attempt, _, at in ledger:
+    pids: dict[str, list[int]] = {}
+    for run_id, attempt, pid, at in ledger:
         seen.setdefault(run_id, []).append((attempt, at))
+        pids.setdefault(run_id, []).append(pid)
     twice = {run_id: runs for run_id, runs in seen.items() if len(runs) > 1}
     times = [at for *_, at in ledger]
     ack_times = sorted(ack.at for ack in producer.acked.values())
@@ -258,18 +282,18 @@ async def collect(
         offered=producer.offered,
         lost=sorted(acked - stored),
         twice=sorted(twice),
+        unacknowledged_executed=sorted(set(seen) - acked - stored),
         claims_lost=sorted(
-            run_id
-            for run_id, runs in twice.items()
-            if len(runs) == 2
-            and runs[0][0] == runs[1][0]
-            and runs[0][1] < marks.killed
-            and runs[1][1] > marks.promoted
+            run_id for run_id, runs in twice.items() if len({attempt for attempt, _ in runs}) == 1
         ),
         baseline=sum(1 for t in times if marks.killed - 3 <= t < marks.killed) / 3,
         executions=len(ledger),
         back_seconds=back,
         acks_back_seconds=first_window_at_rate(ack_times, marks.promoted, RATE),
+        first_ack=min((t for t in ack_times if t >= marks.promoted), default=math.inf)
+        - marks.promoted,
+        first_execution=min((t for t in times if t >= marks.promoted), default=math.inf)
+        - marks.promoted,
         lowest_after_back=(
             lowest_rate(times, marks.promoted + back + 1, marks.stopped)
             if back is not None
@@ -277,6 +301,13 @@ async def collect(
         ),
         outage_seconds=max(gaps, default=0.0),
         statuses=producer.statuses,
+        twice_detail={
+            run_id: [
+                (attempt, round(at - marks.promoted, 3), pid)
+                for (attempt, at), pid in zip(runs, pids[run_id], strict=True)
+            ]
+            for run_id, runs in twice.items()
+        },
         timeline=[
             sum(1 for t in times if second <= t < second + 1)
             for second in range(int(marks.killed) - 2, int(marks.stopped) + 1)
