@@ -38,7 +38,13 @@ from runq.config.services import (
     WORKER_PRUNE_INTERVAL_SECONDS,
     WORKER_ROW_MAX_AGE_SECONDS,
 )
-from runq.config.store import WRITABLE_TARGETS, StoreConfig, redact_url, store_engine
+from runq.config.store import (
+    WRITABLE_TARGETS,
+    StoreConfig,
+    redact_url,
+    store_engine,
+    target_session_attrs,
+)
 from runq.config.validation import validate
 
 __all__ = [
@@ -82,5 +88,6 @@ __all__ = [
     "redact_url",
     "split_listen",
     "store_engine",
+    "target_session_attrs",
     "validate",
 ]

@@ -72,6 +72,12 @@ def _validate_store(s: StoreConfig) -> None:
     )
 
 
+def target_session_attrs(url: str) -> str | None:
+    """The ``target_session_attrs`` a PostgreSQL URL asks for (the last one given), or None."""
+    values = parse_qs(urlsplit(url).query).get("target_session_attrs")
+    return values[-1] if values else None
+
+
 def _check_target(key: str, url: str) -> None:
     """A URL may name several hosts; whichever it asks for, runq needs the writable one."""
     if not url.startswith(("postgresql://", "postgres://")):

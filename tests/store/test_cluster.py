@@ -214,3 +214,31 @@ async def test_the_replication_mode_is_read_from_the_server(
         waiting = await store.replication()
         assert waiting.mode is ReplicationMode.SYNCHRONOUS  # commits wait: nothing is lost
         assert "no synchronous standby connected" in waiting.guarantee
+
+
+async def test_a_listen_url_reaching_the_same_server_another_way_is_no_failover(
+    pg_clusters: PgClusterFactory, opened: list[PostgresStore]
+) -> None:
+    """Through a Unix socket the server's address reads differently than over TCP (as
+    behind a PgBouncer on the database host): the two routes are never compared."""
+    primary = await pg_clusters.start()
+    store = PostgresStore(
+        primary.url,
+        schema=SCHEMA,
+        sealer=KeyRing([bytes(range(32))]),
+        listen_url=f"postgresql://postgres@/postgres?host={primary.socket_dir}&port={primary.port}",
+    )
+    opened.append(store)
+    await store.connect()
+    await store.migrate()
+    before = failovers()
+    connector = store.listen_connector()
+    assert connector is not None
+    conn = await connector.connect()
+    try:
+        await connector.check(conn)
+        await store.submit(new(), max_queue_depth=0)
+    finally:
+        await conn.close()
+    assert failovers() == before
+    assert store.server == primary.address

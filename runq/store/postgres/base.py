@@ -15,14 +15,10 @@ from runq.model import BudgetBlock, Run
 from runq.seal import Sealer
 from runq.store import rows
 from runq.store.postgres import statements as pg_sql
-from runq.store.postgres.cluster import (
-    REPLICATION,
-    PrimaryConnector,
-    PrimaryTracker,
-    replication_report,
-)
+from runq.store.postgres.cluster import PrimaryConnector, PrimaryTracker, replication_report
 from runq.store.postgres.connection import Pool
 from runq.store.postgres.head import ClaimHead
+from runq.store.postgres.statements.cluster import REPLICATION
 from runq.store.postgres.statements.common import channel_name
 from runq.store.replication import ReplicationReport
 from runq.store.statements import check_schema
@@ -182,7 +178,8 @@ class PostgresBase:
         url = self.listen_url
         if url is None:
             return None
-        return PrimaryConnector(url, self._tracker, application_name="runq-listener")
+        tracker = self._tracker if url == self.url else PrimaryTracker(url, counts=False)
+        return PrimaryConnector(url, tracker, application_name="runq-listener")
 
     @property
     def server(self) -> str:

@@ -21,14 +21,12 @@ and the log line cannot tell).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
 import asyncpg.exceptions as pgerr
 
-from runq.config import WRITABLE_TARGETS, redact_url
+from runq.config import WRITABLE_TARGETS, redact_url, target_session_attrs
 from runq.log import get_logger
 from runq.metrics import STORE_FAILOVERS, STORE_PRIMARY
 from runq.store.postgres.statements.cluster import REPLICATION, WHOAMI
@@ -64,12 +62,6 @@ def outage_detail(error: BaseException) -> str:
     if isinstance(error, pgerr.TargetServerAttributeNotMatched):
         return NO_WRITABLE_SERVER
     return str(error) or type(error).__name__
-
-
-def target_session_attrs(url: str) -> str | None:
-    """The ``target_session_attrs`` the URL asks for, or None."""
-    values = parse_qs(urlsplit(url).query).get(TARGET_SESSION_ATTRS)
-    return values[-1] if values else None
 
 
 def connect_options(url: str) -> dict[str, str]:
@@ -111,10 +103,17 @@ async def identify(conn: asyncpg.Connection) -> ServerState:
 
 
 class PrimaryTracker:
-    """The primary this process writes to, as its connections find it."""
+    """The primary this process writes to, as its connections find it.
 
-    def __init__(self, url: str) -> None:
+    One per URL: the same server may show another address through another route (through
+    PgBouncer on the database host, over its Unix socket; directly, over the network), so
+    connections made through two URLs must not be compared. Only the store URL's tracker
+    ``counts`` moves (the metric, the log line); the listener's on a ``listen_url`` of its
+    own only keeps its connection on a writable server."""
+
+    def __init__(self, url: str, *, counts: bool = True) -> None:
         self.url = redact_url(url)
+        self._counts = counts
         #: ``host:port`` of the primary of the last connection made ("" before the first).
         self.server = ""
         #: Moves to another primary seen by this process.
@@ -142,6 +141,8 @@ class PrimaryTracker:
             return False
         previous, self.server = self.server, address
         self._lost_reported = ""
+        if not self._counts:
+            return False
         STORE_PRIMARY.clear()
         STORE_PRIMARY.labels(server=address).set(1)
         if not previous:
@@ -204,20 +205,16 @@ class PrimaryConnector:
         await self._tracker.check(conn)
 
 
-def replication_report(row: Mapping[str, object]) -> ReplicationReport:
+def replication_report(row: asyncpg.Record) -> ReplicationReport:
     """``ReplicationReport`` from the ``REPLICATION`` statement's row."""
     standbys = tuple(
-        Standby(name=str(s["name"]), state=str(s["state"]), sync_state=str(s["sync_state"]))
-        for s in json.loads(str(row["standbys"]))
+        Standby(name=s["name"], state=s["state"], sync_state=s["sync_state"])
+        for s in json.loads(row["standbys"])
     )
-    names, commit = str(row["standby_names"]), str(row["synchronous_commit"])
-    host = row["host"]
-    port = row["port"]
+    names, commit = row["standby_names"], row["synchronous_commit"]
     return ReplicationReport(
         mode=replication_mode(names, commit, len(standbys)),
-        server=server_address(
-            host if isinstance(host, str) else None, port if isinstance(port, int) else None
-        ),
+        server=server_address(row["host"], row["port"]),
         synchronous_standby_names=names,
         synchronous_commit=commit,
         standbys=standbys,
@@ -226,10 +223,10 @@ def replication_report(row: Mapping[str, object]) -> ReplicationReport:
 
 __all__ = [
     "NOT_PRIMARY",
-    "REPLICATION",
     "NotPrimary",
     "PrimaryConnector",
     "PrimaryTracker",
     "connect_options",
+    "outage_detail",
     "replication_report",
 ]
