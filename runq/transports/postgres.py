@@ -53,6 +53,18 @@ RECONNECT_MIN = 0.1
 RECONNECT_MAX = 5.0
 
 
+#: What ends a listening connection (the listener then reconnects). InternalClientError:
+#: a keepalive sent while the connection was still taking in the error that ended it (the
+#: server's "terminating connection" at a crash or failover).
+CONNECTION_LOST: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+)
+
+
 def is_listenable(store: object) -> TypeGuard[ListenableStore]:
     return bool(getattr(store, "supports_listen", False)) and callable(
         getattr(store, "notify", None)
@@ -181,7 +193,7 @@ class Listener:
             failure: str | None = None
             try:
                 await self._listen_once(task_status)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as e:
+            except CONNECTION_LOST as e:
                 failure = str(e) or type(e).__name__
             if self._held_for >= KEEPALIVE_SECONDS:
                 # A connection that held was a healthy period: this is a new outage.
