@@ -127,6 +127,8 @@ async def test_a_fleet_rides_out_a_failover(
             marks.stopped = time.time()
             stop.set()
 
+        exited = {s.name: s.returncode for s in servers if s.returncode is not None}
+        assert not exited, f"replicas exited: {exited}"
         result = await collect(setup, standby, producer, marks)
         await wait_for(
             lambda: all_final(standby, setup),
