@@ -20,13 +20,21 @@ A test that must stop, crash or fail over PostgreSQL takes the ``pg_clusters`` f
         await standby.promote()                               # pg_ctl promote, waits
         await primary.rejoin(standby)                         # pg_rewind -R, a standby of it
 
+For ``runq serve`` on a private cluster, ``serve_harness`` has ``private_pg`` (a started
+cluster), ``private_pg_setup`` and ``private_pg_serve_factory`` (the ``pg_*`` fixtures'
+twins), and ``database_for("postgres", tmp_path, store_url=...)`` for any URL, a
+multi-host one included.
+
 Every cluster is a copy of one ``initdb`` made per test process (about 2 s once; a copy and
 a start take a fraction of a second), in a directory under ``/tmp`` owned by the
 ``postgres`` OS user, who runs every server binary (through ``runuser`` when the tests run
-as root). A cluster listens on ``host`` (default 127.0.0.1) at a free port and on a Unix
-socket in its own directory, with trust authentication, ``fsync = on`` (crash drills need
-real durability), a small ``shared_buffers``, ``wal_level = replica`` and
-``wal_log_hints = on`` (so ``pg_rewind`` works). ``settings`` passed to ``start`` (or to
+as root). The postmaster is this process's child (``postgres -D``, not daemonised by
+``pg_ctl``), so a SIGKILLed one is reaped and its pid never blocks the next start. A
+cluster listens on ``host`` (default 127.0.0.1; two clusters may share a port on two
+loopback addresses) at a free port and on a Unix socket in its own directory, with trust
+authentication, ``fsync = on`` (crash drills need real durability), a small
+``shared_buffers``, ``wal_level = replica`` and ``wal_log_hints = on`` (so ``pg_rewind``
+works). ``settings`` passed to ``start`` (or to
 ``add_standby``) go to ``postgresql.auto.conf`` before the first start (for example
 ``{"autovacuum": "off"}``); ``configure(**settings)`` changes them on a running server
 (``ALTER SYSTEM`` and a reload: this server is the test's own).
@@ -51,7 +59,8 @@ probes go on meanwhile:
   ``log()`` (the server log; the factory prints every log when a test fails).
 
 Teardown never leaves a postmaster behind: at the end of the test every cluster is
-stopped with ``-m immediate``, every process still working in its directory is SIGKILLed,
+stopped the way ``-m immediate`` does (SIGQUIT), every process still working in its
+directory is SIGKILLed,
 and the directory is removed, whether the test passed or not. A test process that was
 itself killed leaves its clusters behind; the next test process that builds a template
 finds them (their owner pid is gone) and removes them the same way.
