@@ -119,6 +119,17 @@ STORE_ERRORS = Counter(
     ["service"],
     registry=REGISTRY,
 )
+STORE_FAILOVERS = Counter(
+    "runq_store_failovers_total",
+    "Times this process found its PostgreSQL primary on another server (a failover).",
+    registry=REGISTRY,
+)
+STORE_PRIMARY = Gauge(
+    "runq_store_primary_info",
+    "1 for the PostgreSQL primary this process writes to (server = host:port as it reports).",
+    ["server"],
+    registry=REGISTRY,
+)
 SCHEDULE_FIRED = Counter(
     "runq_schedule_fired_total",
     "Schedule slots this process fired (made a run for).",

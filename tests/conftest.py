@@ -4,12 +4,11 @@ PostgreSQL is at RUNQ_TEST_POSTGRES_URL (default postgresql://postgres@127.0.0.1
 Where it is unreachable the Postgres tests skip with a reason, except under CI=true,
 where they fail.
 
-Tests marked ``exclusive`` (they stop or restart the shared PostgreSQL, or bound a latency
-that tests running beside them would distort) must run alone:
-``--exclusive=skip`` leaves them out (the parallel run of scripts/test, ``-n``),
-``--exclusive=only`` runs nothing else (its serial run). An xdist worker refuses to run
-one, so ``pytest -n 2`` without ``--exclusive=skip`` fails instead of cutting off the
-other workers' sessions.
+Tests marked ``exclusive`` (they bound a latency that tests running beside them would
+distort) must run alone: ``--exclusive=skip`` leaves them out (the parallel run of
+scripts/test, ``-n``), ``--exclusive=only`` runs nothing else (its serial run). An xdist
+worker refuses to run one. No test stops the shared PostgreSQL: a test that must stop,
+crash or fail over a server takes ``pg_clusters`` (private clusters, tests/pgcluster.py).
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from pgcluster import pg_clusters
 
 from runq.seal import KeyRing
 from runq.store import make_store
@@ -34,6 +34,8 @@ TEST_KEY = bytes(range(32))
 
 
 EXCLUSIVE_CHOICES = ("include", "skip", "only")
+#: Fixtures every test may ask for by name: private PostgreSQL clusters (tests/pgcluster.py).
+__all__ = ["pg_clusters"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -41,7 +43,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--exclusive",
         choices=EXCLUSIVE_CHOICES,
         default="include",
-        help="tests marked exclusive (they stop PostgreSQL): include (default), skip, only",
+        help="tests marked exclusive (they bound a latency): include (default), skip, only",
     )
 
 
@@ -62,8 +64,8 @@ def _is_exclusive(item: pytest.Item) -> bool:
 
 @pytest.hookimpl(tryfirst=True)  # before any fixture of the test is set up
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    # On an xdist worker other tests run at the same time: a PostgreSQL restart would fail
-    # them at random. This test fails instead, before it touches anything.
+    # On an xdist worker other tests run at the same time and would distort the latency
+    # this test bounds. It fails instead, before it touches anything.
     if _is_exclusive(item) and hasattr(item.config, "workerinput"):
         pytest.fail(
             "marked exclusive: cannot run under xdist (-n); run it alone with "

@@ -1,7 +1,9 @@
 """Components the harness's daemons load (``PYTHONPATH`` includes ``tests/``).
 
 ``record`` appends one line per execution to ``$RUNQ_TEST_WORKDIR/executions.log`` so a
-test can count how often each run executed and where; ``block`` is a plain function that
+test can count how often each run executed and where; ``ledger`` does the same in
+``ledger.log`` with the time and an fsync before the handler returns (a line is an
+execution that happened, whatever crashed after it); ``block`` is a plain function that
 blocks its thread; ``slow`` is an async handler that sleeps without checkpoints.
 """
 
@@ -50,6 +52,44 @@ async def record(ctx: RunContext, payload: Any) -> Any:
     if seconds:
         await anyio.sleep(seconds)
     return {"echo": payload, "pid": os.getpid()}
+
+
+def ledger_path(workdir: Path | None = None) -> Path:
+    base = workdir or Path(os.environ.get("RUNQ_TEST_WORKDIR", "."))
+    return base / "ledger.log"
+
+
+def _append_durably(path: Path, line: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+async def ledger(ctx: RunContext, payload: Any) -> Any:
+    """Records the execution durably first (in a thread: an fsync must not stall the
+    daemon's event loop), then sleeps ``seconds``."""
+    line = f"{ctx.run_id} {ctx.attempt} {os.getpid()} {time.time():.6f}\n".encode()
+    await anyio.to_thread.run_sync(_append_durably, ledger_path(), line)
+    options = payload if isinstance(payload, dict) else {}
+    seconds = float(options.get("seconds", 0))
+    if seconds:
+        await anyio.sleep(seconds)
+    return {"pid": os.getpid()}
+
+
+def read_ledger(workdir: Path) -> list[tuple[str, int, int, float]]:
+    """(run id, attempt, pid, epoch seconds) per execution recorded by ``ledger``."""
+    path = ledger_path(workdir)
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        run_id, attempt, pid, at = line.split()
+        rows.append((run_id, int(attempt), int(pid), float(at)))
+    return rows
 
 
 def block(ctx: RunContext, payload: Any) -> Any:

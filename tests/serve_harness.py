@@ -9,6 +9,10 @@ Import the fixtures into a test module (or a conftest that does not shadow the r
 
 ``runq_setup`` is one database shared by the test's servers and the test itself (SQLite file
 or a fresh Postgres schema; parametrised over both engines through ``engine``).
+``private_pg_setup`` (with ``private_pg_serve_factory``) is the same on a private PostgreSQL
+cluster of the test's own (``private_pg``, a ``pgcluster.PgCluster``), for tests that stop,
+crash or fail over the server; ``database_for(engine, workdir, store_url=...)`` builds one
+on any URL (a standby pair's multi-host URL, for example).
 ``serve_factory(config)`` starts a server whose config is the setup's base config (store,
 seal key, a free HTTP port, the test components of ``serve_handlers``) merged with
 ``config``, and waits until it is ready: ``READY=1`` on its ``NOTIFY_SOCKET`` (migrations
@@ -27,7 +31,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -36,6 +40,7 @@ import anyio
 import httpx
 import pytest
 from helpers import wait_for
+from pgcluster import PgCluster, PgClusterFactory
 
 from runq.config import Config, load_config
 from runq.seal import generate_key
@@ -75,6 +80,9 @@ __all__ = [
     "pg_ready",
     "pg_serve_factory",
     "pg_setup",
+    "private_pg",
+    "private_pg_serve_factory",
+    "private_pg_setup",
     "runq_engine",
     "runq_setup",
     "serve_factory",
@@ -171,7 +179,7 @@ def api_available() -> bool:
 class RunqSetup:
     """The database a test's servers share, and the base config that points at it."""
 
-    def __init__(self, engine: str, workdir: Path) -> None:
+    def __init__(self, engine: str, workdir: Path, *, store_url: str | None = None) -> None:
         self.engine = engine
         self.workdir = workdir
         self.key_file = workdir / "seal.key"
@@ -179,7 +187,7 @@ class RunqSetup:
         self.key_file.chmod(0o600)
         if engine == "postgres":
             self.schema = new_schema_name()
-            self.store_url = PG_URL
+            self.store_url = store_url or PG_URL
         else:
             self.schema = "runq"
             self.store_url = f"sqlite:///{workdir / 'runq.db'}"
@@ -190,6 +198,7 @@ class RunqSetup:
             "seal": {"keys": [f"file:{self.key_file}"]},
             "components": {
                 "task/record": "serve_handlers:record",
+                "task/ledger": "serve_handlers:ledger",
                 "task/block": "serve_handlers:block",
                 "task/slow": "serve_handlers:slow",
                 "task/approve": "serve_handlers:approve",
@@ -257,7 +266,8 @@ class RunqSetup:
         )
 
     async def cleanup(self) -> None:
-        if self.engine == "postgres":
+        # A private cluster goes with its directory; only the shared server keeps schemas.
+        if self.engine == "postgres" and self.store_url == PG_URL:
             await drop_schema(self.schema)
 
 
@@ -268,9 +278,16 @@ class RunqServer:
     """One ``runq serve`` subprocess with its own config file, port, log file and notify socket."""
 
     def __init__(
-        self, setup: RunqSetup, config: Mapping[str, Any], *, env: Mapping[str, str] | None
+        self,
+        setup: RunqSetup,
+        config: Mapping[str, Any],
+        *,
+        env: Mapping[str, str] | None,
+        prefix: Sequence[str] = (),
     ) -> None:
         self.setup = setup
+        #: A command the server runs under (it must exec it): ``unshare ...``, for example.
+        self.prefix = list(prefix)
         self.name = f"serve-{secrets.token_hex(3)}"
         http = dict(config.get("http", {}))
         if "listen" not in http:
@@ -340,7 +357,8 @@ class RunqServer:
         with self._lock:
             self.notifications.clear()
         env = self.setup.env({"NOTIFY_SOCKET": self._notify_name, **self.extra_env})
-        cmd = [sys.executable, "-m", "runq", "serve", "--config", str(self.config_path)]
+        cmd = [*self.prefix, sys.executable, "-m", "runq", "serve"]
+        cmd += ["--config", str(self.config_path)]
         cmd += ["--log-format", "json"]
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
@@ -402,9 +420,9 @@ class RunqServer:
             await self.terminate()
         return await self.start()
 
-    def postgres_client_ports(self) -> list[int]:
-        """Local TCP ports of this server's connections to PostgreSQL (port 5432), read from
-        /proc: ``pg_stat_activity.client_port`` then names exactly its sessions."""
+    def postgres_client_ports(self, server_port: int = 5432) -> list[int]:
+        """Local TCP ports of this server's connections to PostgreSQL (at ``server_port``),
+        read from /proc: ``pg_stat_activity.client_port`` then names exactly its sessions."""
         inodes = set()
         for fd in Path(f"/proc/{self.pid}/fd").iterdir():
             with contextlib.suppress(OSError):
@@ -418,7 +436,7 @@ class RunqServer:
                 for line in lines:
                     fields = line.split()
                     local, remote, inode = fields[1], fields[2], fields[9]
-                    if inode in inodes and int(remote.rsplit(":", 1)[1], 16) == 5432:
+                    if inode in inodes and int(remote.rsplit(":", 1)[1], 16) == server_port:
                         ports.append(int(local.rsplit(":", 1)[1], 16))
         return ports
 
@@ -464,8 +482,9 @@ class ServeFactory:
         *,
         env: Mapping[str, str] | None = None,
         wait_ready: bool = True,
+        prefix: Sequence[str] = (),
     ) -> RunqServer:
-        server = RunqServer(self.setup, config or {}, env=env)
+        server = RunqServer(self.setup, config or {}, env=env, prefix=prefix)
         self.servers.append(server)
         return await server.start(wait_ready=wait_ready)
 
@@ -505,9 +524,12 @@ def pg_ready() -> None:
 
 
 @asynccontextmanager
-async def database_for(engine: str, workdir: Path) -> AsyncIterator[RunqSetup]:
-    """One test's database on ``engine``, dropped afterwards (a Postgres schema)."""
-    setup = RunqSetup(engine, workdir)
+async def database_for(
+    engine: str, workdir: Path, *, store_url: str | None = None
+) -> AsyncIterator[RunqSetup]:
+    """One test's database on ``engine``, dropped afterwards (a Postgres schema); on
+    PostgreSQL at ``store_url`` when given, else at the shared server."""
+    setup = RunqSetup(engine, workdir, store_url=store_url)
     try:
         yield setup
     finally:
@@ -564,4 +586,24 @@ async def pg_serve_factory(pg_setup: RunqSetup) -> AsyncIterator[ServeFactory]:
 async def sqlite_serve_factory(sqlite_setup: RunqSetup) -> AsyncIterator[ServeFactory]:
     """``serve_factory`` on a SQLite-only setup."""
     async with servers_on(sqlite_setup) as factory:
+        yield factory
+
+
+@pytest.fixture
+async def private_pg(pg_clusters: PgClusterFactory) -> PgCluster:
+    """A private PostgreSQL cluster of this test, started (``tests/pgcluster.py``)."""
+    return await pg_clusters.start()
+
+
+@pytest.fixture
+async def private_pg_setup(private_pg: PgCluster, tmp_path: Path) -> AsyncIterator[RunqSetup]:
+    """A Postgres setup on ``private_pg``: the test may stop, crash or restart it."""
+    async with database_for("postgres", tmp_path, store_url=private_pg.url) as setup:
+        yield setup
+
+
+@pytest.fixture
+async def private_pg_serve_factory(private_pg_setup: RunqSetup) -> AsyncIterator[ServeFactory]:
+    """``serve_factory`` on ``private_pg_setup``."""
+    async with servers_on(private_pg_setup) as factory:
         yield factory

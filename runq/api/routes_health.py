@@ -13,7 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from runq.api.guards import Services
 from runq.api.problems import NotReady, error_responses
-from runq.api.schemas import HealthOut
+from runq.api.schemas import HealthOut, ReadyOut
 
 log = logging.getLogger("runq.api")
 
@@ -32,11 +32,14 @@ async def healthz() -> HealthOut:
 @get(
     "/readyz",
     summary="Readiness",
-    description="The database answers and its migrations are current; 503 otherwise.",
+    description=(
+        "The database answers, takes writes and its migrations are current; 503 otherwise."
+        " `database` names the server written to (the PostgreSQL primary's host:port)."
+    ),
     tags=["health"],
     responses=error_responses(503),
 )
-async def readyz(services: Services) -> HealthOut:
+async def readyz(services: Services) -> ReadyOut:
     try:
         ready, reason = await services.readiness()
     except Exception as e:
@@ -45,7 +48,9 @@ async def readyz(services: Services) -> HealthOut:
         raise NotReady(f"readiness check failed ({type(e).__name__})") from e
     if not ready:
         raise NotReady(reason)
-    return HealthOut(status="ready", detail=reason)
+    store = services.queue.store
+    database = store.server if store.engine == "postgres" else store.engine
+    return ReadyOut(status="ready", detail=reason, database=database)
 
 
 @get(

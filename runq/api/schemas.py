@@ -177,6 +177,12 @@ class HealthOut(Struct, kw_only=True):
     detail: str = ""
 
 
+class ReadyOut(HealthOut, kw_only=True):
+    #: The database this replica writes to: ``host:port`` of the PostgreSQL primary it
+    #: reached last (it follows a failover), or ``sqlite``.
+    database: str = ""
+
+
 __all__ = [
     "MAX_BATCH_RUNS",
     "MAX_IDEMPOTENCY_KEY_CHARS",
@@ -191,6 +197,7 @@ __all__ = [
     "JobsPage",
     "PageMeta",
     "PauseOut",
+    "ReadyOut",
     "RunOptions",
     "RunOut",
     "RunSubmission",

@@ -84,6 +84,7 @@ def work_cmd(
 ) -> None:
     """One bounded sweep for cron: oldest first. Exit 0 even when runs failed; 1 when the
     queue cannot be read."""
+    from runq.store.replication import check_at_start
     from runq.worker.claimer import SweepReport, sweep
     from runq.worker.runtime import WorkerRuntime
 
@@ -93,6 +94,9 @@ def work_cmd(
         components = ComponentRegistry.from_config(config.components)
         try:
             async with cli_ctx.store(migrate=True, create=create) as store:
+                await check_at_start(
+                    store, required=config.store.require_synchronous_replication, announce=False
+                )
                 runtime = WorkerRuntime(store=store, config=config, components=components)
                 return await sweep(
                     store,

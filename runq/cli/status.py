@@ -21,6 +21,7 @@ from runq.cli.pauses import print_pauses
 from runq.cli.render import cell, echo_json, new_console, printable
 from runq.errors import ConfigError
 from runq.model import Pause, QueueHealth, SettingDivergence, Status
+from runq.store.replication import ReplicationMode, ReplicationReport
 
 
 def _problems(
@@ -44,19 +45,63 @@ def _problems(
     return problems
 
 
-def _warnings(health: QueueHealth, *, max_transaction_age: float) -> list[str]:
-    """Not unhealthy yet, but getting there: a transaction held open pins the vacuum
-    horizon, so dead row versions pile up in the claim index and every claim walks them."""
-    age = health.oldest_transaction_age_seconds
-    if age is None or age <= max_transaction_age:
+def _replication_problems(replication: ReplicationReport, *, required: bool) -> list[str]:
+    """``require_synchronous_replication`` promises what the database must keep: a replica
+    refuses to start without it, and one already running after a failover to a primary
+    that replicates asynchronously (or not at all) is unhealthy until it does again."""
+    if not required or replication.mode is ReplicationMode.SYNCHRONOUS:
         return []
     return [
-        f"a database transaction (pid {health.oldest_transaction_pid}) has been open"
-        f" {age:.0f}s (> {max_transaction_age:g}s): vacuum cannot remove dead rows meanwhile"
+        f"the database replicates {replication.mode.value}, but"
+        " store.require_synchronous_replication is set: an acknowledged run could be lost"
+        " in a failover"
     ]
 
 
-def _print_status(health: QueueHealth, problems: list[str], warnings: list[str]) -> None:
+def _warnings(
+    health: QueueHealth, replication: ReplicationReport, *, max_transaction_age: float
+) -> list[str]:
+    """Not unhealthy yet, but getting there: a transaction held open pins the vacuum
+    horizon, so dead row versions pile up in the claim index and every claim walks them;
+    synchronous commits with no synchronous standby connected wait for one."""
+    warnings = []
+    age = health.oldest_transaction_age_seconds
+    if age is not None and age > max_transaction_age:
+        warnings.append(
+            f"a database transaction (pid {health.oldest_transaction_pid}) has been open"
+            f" {age:.0f}s (> {max_transaction_age:g}s): vacuum cannot remove dead rows"
+            " meanwhile"
+        )
+    if (
+        replication.mode is ReplicationMode.SYNCHRONOUS
+        and replication.standbys_visible
+        and not replication.synchronous_standbys
+    ):
+        warnings.append(
+            "synchronous_standby_names is set but no synchronous standby is connected:"
+            " every commit waits until one is"
+        )
+    return warnings
+
+
+def _replication_rows(replication: ReplicationReport) -> list[tuple[str, str]]:
+    rows = [("database", replication.server or "-"), ("replication", replication.mode.value)]
+    if replication.synchronous_standby_names:
+        rows.append(("  synchronous_standby_names", replication.synchronous_standby_names))
+    if replication.synchronous_commit:
+        rows.append(("  synchronous_commit", replication.synchronous_commit))
+    for standby in replication.standbys:
+        state = " ".join(filter(None, (standby.state, standby.sync_state))) or "(hidden)"
+        rows.append((f"  standby {standby.name}", state))
+    return rows
+
+
+def _print_status(
+    health: QueueHealth,
+    replication: ReplicationReport,
+    problems: list[str],
+    warnings: list[str],
+) -> None:
     from rich.markup import escape
     from rich.table import Table
 
@@ -74,8 +119,11 @@ def _print_status(health: QueueHealth, problems: list[str], warnings: list[str])
     xact = health.oldest_transaction_age_seconds
     if xact is not None:
         table.add_row("oldest other transaction", f"{xact:.1f}s")
+    for what, value in _replication_rows(replication):
+        table.add_row(cell(what), cell(value))
     console = new_console()
     console.print(table)
+    console.print(f"guarantee: {escape(printable(replication.guarantee))}")
     for warning in warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(printable(warning))}")
     if problems:
@@ -83,6 +131,9 @@ def _print_status(health: QueueHealth, problems: list[str], warnings: list[str])
             console.print(f"[red]unhealthy:[/red] {escape(printable(problem))}")
     else:
         console.print("[green]healthy[/green]")
+
+
+Read = tuple[QueueHealth, ReplicationReport, list[Pause], list[SettingDivergence]]
 
 
 @click.command("status")
@@ -128,15 +179,16 @@ def status_cmd(
     xact_limit = lock_grace if max_transaction_age is None else max_transaction_age
     live_within = worker_max_age or cli_ctx.config.queue.live_worker_seconds
 
-    async def go() -> tuple[QueueHealth, list[Pause], list[SettingDivergence]]:
+    async def go() -> Read:
         async with cli_ctx.operations() as ops:
             result = await ops.health(
                 lock_grace_seconds=lock_grace, worker_max_age_seconds=live_within
             )
-            return result, await ops.list_pauses(), await ops.divergences(live_within)
+            replication = await ops.replication()
+            return result, replication, await ops.list_pauses(), await ops.divergences(live_within)
 
     try:
-        health, pauses, divergences = run_async(go)
+        health, replication, pauses, divergences = run_async(go)
     except BaseException as e:
         if first_error(e, ConfigError) is not None or isinstance(e, KeyboardInterrupt):
             raise
@@ -149,7 +201,10 @@ def status_cmd(
     problems = _problems(
         health, divergences, max_queue_wait=max_queue_wait, minimum_workers=minimum_workers
     )
-    warnings = _warnings(health, max_transaction_age=xact_limit)
+    problems += _replication_problems(
+        replication, required=cli_ctx.config.store.require_synchronous_replication
+    )
+    warnings = _warnings(health, replication, max_transaction_age=xact_limit)
     if as_json:
         body = msgspec.to_builtins(health)
         echo_json(
@@ -158,11 +213,15 @@ def status_cmd(
                 "problems": problems,
                 "warnings": warnings,
                 **body,
+                "database": {
+                    **msgspec.to_builtins(replication),
+                    "guarantee": replication.guarantee,
+                },
                 "pauses": msgspec.to_builtins(pauses),
                 "fleet_divergences": msgspec.to_builtins(divergences),
             }
         )
     else:
-        _print_status(health, problems, warnings)
+        _print_status(health, replication, problems, warnings)
         print_pauses(pauses)
     sys.exit(EXIT_UNHEALTHY if problems else 0)

@@ -38,7 +38,13 @@ from runq.config.privacy import PRIVACY_LEVELS, PrivacyConfig
 from runq.config.queue import FLEET_SETTINGS, TRANSPORTS, QueueConfig, ReaperConfig
 from runq.config.root import CliConfig, Config, SealConfig
 from runq.config.schedules import SCHEDULE_CATCH_UPS, SCHEDULE_OVERLAPS, ScheduleConfig
-from runq.config.store import StoreConfig, redact_url, store_engine
+from runq.config.store import (
+    WRITABLE_TARGETS,
+    StoreConfig,
+    redact_url,
+    store_engine,
+    target_session_attrs,
+)
 from runq.config.validation import validate
 
 __all__ = [
@@ -60,6 +66,7 @@ __all__ = [
     "TRANSPORTS",
     "WORKER_PRUNE_INTERVAL_SECONDS",
     "WORKER_ROW_MAX_AGE_SECONDS",
+    "WRITABLE_TARGETS",
     "BudgetConfig",
     "BudgetLimit",
     "CliConfig",
@@ -81,5 +88,6 @@ __all__ = [
     "redact_url",
     "split_listen",
     "store_engine",
+    "target_session_attrs",
     "validate",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from urllib.parse import parse_qs, urlsplit
 
 import msgspec
 
@@ -24,6 +25,14 @@ class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: PostgreSQL: a direct URL (not through a pooler) for LISTEN wake-ups; empty: ``url``,
     #: or no LISTEN at all when ``pgbouncer`` is on.
     listen_url: str = ""
+    #: PostgreSQL: refuse to start unless the database replicates synchronously (an
+    #: acknowledged run then survives a failover to the synchronous standby).
+    require_synchronous_replication: bool = False
+
+
+#: ``target_session_attrs`` that keep every connection on the writable primary (runq
+#: writes on every connection); absent means ``read-write``.
+WRITABLE_TARGETS = ("read-write", "primary")
 
 
 def store_engine(url: str) -> str:
@@ -53,4 +62,31 @@ def validate_store(s: StoreConfig) -> None:
     if s.listen_url:
         require(
             store_engine(s.listen_url) == "postgres", "store.listen_url", "must be postgresql://"
+        )
+    for key, url in (("store.url", s.url), ("store.listen_url", s.listen_url)):
+        _check_target(key, url)
+    require(
+        not s.require_synchronous_replication or store_engine(s.url) == "postgres",
+        "store.require_synchronous_replication",
+        "only PostgreSQL replicates: set it false on SQLite",
+    )
+
+
+def target_session_attrs(url: str) -> str | None:
+    """The ``target_session_attrs`` a PostgreSQL URL asks for (the last one given), or None."""
+    values = parse_qs(urlsplit(url).query).get("target_session_attrs")
+    return values[-1] if values else None
+
+
+def _check_target(key: str, url: str) -> None:
+    """A URL may name several hosts; whichever it asks for, runq needs the writable one."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        return
+    targets = parse_qs(urlsplit(url).query).get("target_session_attrs", [])
+    for target in targets:
+        require(
+            target in WRITABLE_TARGETS,
+            key,
+            f"target_session_attrs={target!r}: runq writes on every connection, so it must "
+            f"be one of {', '.join(WRITABLE_TARGETS)} (or absent: read-write)",
         )

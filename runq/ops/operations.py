@@ -36,6 +36,7 @@ from runq.ops.schedules import ScheduleView, schedule_view
 from runq.ops.views import OPERATOR_VIEW, RunView
 from runq.store.base import Store
 from runq.store.notifications import Notifications
+from runq.store.replication import ReplicationReport
 
 log = get_logger(__name__)
 
@@ -117,6 +118,10 @@ class Operations:
         return await self._store.health(
             lock_grace_seconds=lock_grace_seconds, worker_max_age_seconds=worker_max_age_seconds
         )
+
+    async def replication(self) -> ReplicationReport:
+        """What an acknowledged write survives now: the database's replication mode."""
+        return await self._store.replication()
 
     async def workers(self, *, max_age_seconds: float) -> list[WorkerInfo]:
         return await self._store.list_workers(max_age_seconds=max_age_seconds)

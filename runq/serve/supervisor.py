@@ -47,6 +47,7 @@ from runq.serve.http_server import (
 )
 from runq.serve.systemd import SystemdNotifier
 from runq.store.base import Store
+from runq.store.replication import check_at_start
 from runq.worker.claimer import Claimer, ClaimerConfig
 from runq.worker.execution import Interrupt
 from runq.worker.registry import WorkerRegistry, WorkerRegistryConfig
@@ -377,6 +378,7 @@ async def serve(config: Config, *, on_ready: Callable[[], None] | None = None) -
                 Queue.open(config=config, migrate=True, components=components)
             )
             await refuse_a_foreign_seal_key(queue.store)
+            await check_at_start(queue.store, required=config.store.require_synchronous_replication)
             return await Supervisor(queue, on_ready=on_ready).run()
     finally:
         with anyio.CancelScope(shield=True):

@@ -42,6 +42,7 @@ from runq.model import (
     WorkerInfo,
 )
 from runq.store.notifications import Notifications
+from runq.store.replication import ReplicationReport
 
 
 @runtime_checkable
@@ -79,7 +80,18 @@ class Store(Protocol):
         this process and readers elsewhere poll."""
 
     async def ping(self) -> None:
-        """One trivial round trip; raises ``StoreUnavailable`` when the database does not answer."""
+        """One trivial round trip; raises ``StoreUnavailable`` when the database does not
+        answer (on PostgreSQL, also when the server reached no longer takes writes)."""
+
+    @property
+    def server(self) -> str:
+        """The database written to now: ``host:port`` of the PostgreSQL primary the latest
+        connection reached ("" before the first; it follows a failover), or the SQLite
+        file."""
+
+    async def replication(self) -> ReplicationReport:
+        """What an acknowledged write survives: the replication mode of the database
+        (``runq.store.replication``), read now."""
 
     async def now(self) -> float:
         """The database clock (plus offset), epoch seconds."""

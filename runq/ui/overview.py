@@ -28,6 +28,10 @@ class Overview:
     expired_leases: int
     #: Budget refusals counted by *this* replica since it started, by the cap reached.
     budget_refusals_here: dict[str, int] = field(default_factory=dict)
+    #: The PostgreSQL primary this replica writes to ("" on SQLite, or before it connected).
+    primary: str = ""
+    #: Moves to another primary this replica has seen since it started.
+    failovers_here: int = 0
 
     @property
     def dead_letters(self) -> int:
@@ -46,6 +50,8 @@ class Overview:
                 "live-workers": self.live_workers,
                 "expired-leases": self.expired_leases,
                 "total": self.total,
+                "primary": self.primary,
+                "failovers-here": self.failovers_here,
             }
         )
         return data
@@ -59,7 +65,8 @@ def _samples(text: str) -> Iterable[Sample]:
 def overview_from_metrics(text: str) -> Overview:
     counts = {status.value: 0 for status in Status}
     ages: dict[str, float] = {}
-    live = expired = 0
+    live = expired = failovers = 0
+    primary = ""
     refusals: dict[str, int] = {}
     for sample in _samples(text):
         name, labels, value = sample.name, sample.labels, sample.value
@@ -73,10 +80,16 @@ def overview_from_metrics(text: str) -> Overview:
             expired = int(value)
         elif name == "runq_budget_refusals_total":
             refusals[labels.get("reason", "")] = int(value)
+        elif name == "runq_store_primary_info" and value:
+            primary = labels.get("server", "")
+        elif name == "runq_store_failovers_total":
+            failovers = int(value)
     return Overview(
         counts=counts,
         oldest_queued_age_by_deployment=dict(sorted(ages.items())),
         live_workers=live,
         expired_leases=expired,
         budget_refusals_here=refusals,
+        primary=primary,
+        failovers_here=failovers,
     )

@@ -76,7 +76,8 @@ async def test_readyz_answers_503_when_not_ready_or_when_the_check_raises(
     client_and_probe: tuple[AsyncTestClient[Any], Probe],
 ) -> None:
     client, probe = client_and_probe
-    assert (await client.get("/readyz")).json() == {"status": "ready", "detail": "ok"}
+    ready = {"status": "ready", "detail": "ok", "database": "sqlite"}
+    assert (await client.get("/readyz")).json() == ready
     probe.answer = (False, "draining")
     assert assert_error(await client.get("/readyz"), 503, "not_ready")["detail"] == "draining"
     probe.answer = RuntimeError("boom")

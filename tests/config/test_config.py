@@ -542,3 +542,39 @@ def test_http_edge_settings_name_their_key(tmp_path: Path) -> None:
     for text in ("[10, 0]", "[0]", "[0, 1, 2]", "[-2000000, 0]", '["a", "b"]'):
         error = refused(f"[http]\nuser_priority_range = {text}", tmp_path)
         assert error.key.startswith("http.user_priority_range"), (text, error)
+
+
+# -- a PostgreSQL cluster ------------------------------------------------------------------
+
+
+def test_a_multi_host_url_that_asks_for_the_writable_server_is_accepted(tmp_path: Path) -> None:
+    for url in (
+        "postgresql://runq@h1:5432,h2:5433/runq",
+        "postgresql://runq@h1:5432,h2:5433/runq?target_session_attrs=read-write",
+        "postgresql://runq@db.internal/runq?target_session_attrs=primary",
+    ):
+        c = load(f'[store]\nurl = "{url}"\n', tmp=tmp_path)
+        assert c.store.url == url
+
+
+def test_a_url_that_would_land_on_a_standby_is_refused_naming_the_key(tmp_path: Path) -> None:
+    for key, value in (("url", "standby"), ("url", "any"), ("listen_url", "prefer-standby")):
+        url = f"postgresql://runq@h1,h2/runq?target_session_attrs={value}"
+        base = "" if key == "url" else 'url = "postgresql://runq@h1/runq"\n'
+        error = refused(f'[store]\n{base}{key} = "{url}"\n', tmp_path)
+        assert error.key == f"store.{key}"
+        assert "read-write" in str(error)
+
+
+def test_requiring_synchronous_replication_needs_postgresql(tmp_path: Path) -> None:
+    error = refused("[store]\nrequire_synchronous_replication = true\n", tmp_path)
+    assert error.key == "store.require_synchronous_replication"
+    c = load(
+        '[store]\nurl = "postgresql://runq@h1/runq"\nrequire_synchronous_replication = true\n',
+        tmp=tmp_path,
+    )
+    assert c.store.require_synchronous_replication
+    env = {"RUNQ_STORE_REQUIRE_SYNCHRONOUS_REPLICATION": "true"}
+    assert load(
+        '[store]\nurl = "postgresql://runq@h1/runq"\n', env, tmp=tmp_path
+    ).store.require_synchronous_replication

@@ -1,10 +1,8 @@
 """Database faults: PostgreSQL restarted, and stopped, under a loaded ``runq serve``.
 
-WARNING: these tests restart and stop the PostgreSQL cluster at RUNQ_TEST_POSTGRES_URL
-(``pg_ctlcluster``). They must not run concurrently with any other test suite on the same
-server: every other session is cut off. They are marked ``exclusive``: scripts/test runs them
-alone, after the parallel run; the server is always started again (and waited for) in a
-``finally``.
+The server is a private cluster of the test's own (``private_pg``, tests/pgcluster.py), so
+restarting and stopping it cuts off nobody else: these tests run beside the others (they
+used to stop the machine's shared server and had to run alone).
 
 One replica executes runs (each takes 0.3 s, so some are always in flight) while a producer
 submits over HTTP and a prober reads ``/readyz`` and ``/healthz``. The server is restarted,
@@ -31,15 +29,13 @@ import anyio
 import httpx
 import pytest
 from helpers import wait_for
+from pgcluster import PgCluster
 from serve_handlers import read_executions
-from serve_harness import PG_URL, RunqServer, RunqSetup, ServeFactory
+from serve_harness import RunqServer, RunqSetup, ServeFactory
 
-from reliability.pg_control import PostgresControl, control_or_skip
 from runq.model import Status
 
-# exclusive: stopping the cluster would fail every test running beside these (scripts/test
-# runs them in its serial pass, alone).
-pytestmark = [pytest.mark.anyio, pytest.mark.daemon, pytest.mark.postgres, pytest.mark.exclusive]
+pytestmark = [pytest.mark.anyio, pytest.mark.daemon, pytest.mark.postgres]
 
 POLL = 30.0
 CONFIG = {
@@ -132,7 +128,7 @@ async def probe(server: RunqServer, seen: Observed, stop: anyio.Event) -> None:
 async def unfinished(setup: RunqSetup) -> int:
     import asyncpg
 
-    conn = await asyncpg.connect(PG_URL)
+    conn = await asyncpg.connect(setup.store_url)
     try:
         value: int = await conn.fetchval(
             f"SELECT count(*) FROM {setup.schema}.runs WHERE status NOT IN {FINAL!r}"
@@ -148,12 +144,13 @@ async def unfinished(setup: RunqSetup) -> int:
 )
 async def test_a_loaded_daemon_rides_out_postgres_restarts_and_an_outage(
     outage_seconds: float,
-    pg_setup: RunqSetup,
-    pg_serve_factory: ServeFactory,
+    private_pg: PgCluster,
+    private_pg_setup: RunqSetup,
+    private_pg_serve_factory: ServeFactory,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    pg: PostgresControl = control_or_skip(PG_URL)
-    server = await pg_serve_factory(CONFIG)
+    pg, pg_setup = private_pg, private_pg_setup
+    server = await private_pg_serve_factory(CONFIG)
     seen = Observed()
     stop = anyio.Event()
     marks: dict[str, float] = {}
@@ -209,7 +206,6 @@ async def test_a_loaded_daemon_rides_out_postgres_restarts_and_an_outage(
             stop.set()
     finally:
         stop.set()
-        await pg.restore()
 
     assert server.returncode is None, "the daemon exited"
     assert not seen.health_failures, seen.health_failures[:5]

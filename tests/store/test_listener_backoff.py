@@ -22,6 +22,7 @@ import pytest
 from helpers import wait_for
 from serve_harness import free_port
 
+from runq.store.postgres.cluster import PrimaryConnector, PrimaryTracker
 from runq.store.postgres.notifications import (
     KEEPALIVE_SECONDS,
     RECONNECT_MAX,
@@ -96,7 +97,10 @@ async def test_outage_finding_listen_reconnects_back_off_and_log_once(
 
     monkeypatch.setattr(asyncpg, "connect", counting_connect)
     caplog.set_level(logging.DEBUG, logger="runq.store.postgres.notifications")
-    listener = Listener(via_relay, "runq_backoff_test", deliver=print, keepalive_sql="SELECT 1")
+    connector = PrimaryConnector(
+        via_relay, PrimaryTracker(via_relay, counts=False), application_name="runq-listener"
+    )
+    listener = Listener(connector, "runq_backoff_test", deliver=print)
 
     async with anyio.create_task_group() as tg:
         async with relay(port, target.hostname or "127.0.0.1", target.port or 5432):
@@ -120,3 +124,42 @@ async def test_outage_finding_listen_reconnects_back_off_and_log_once(
 
     assert _events(caplog, "listener.disconnected") == 1
     assert _events(caplog, "listener.reconnected") == 1
+
+
+class _KeepaliveMeetsTheEndingError:
+    """A connector whose first keepalive meets the connection still taking in the error
+    that ended it (what a crash of the server sends): asyncpg's InternalClientError."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.checks = 0
+
+    @property
+    def target(self) -> str:
+        return "test"
+
+    async def connect(self) -> Any:
+        return await asyncpg.connect(self.url)
+
+    async def check(self, conn: Any) -> None:
+        self.checks += 1
+        if self.checks == 1:
+            raise asyncpg.InternalClientError(
+                "cannot switch to state 12; another operation (2) is in progress"
+            )
+        await conn.execute("SELECT 1")
+
+
+async def test_a_connection_error_of_the_client_itself_only_makes_the_listener_reconnect(
+    pg_url: str,
+) -> None:
+    connector = _KeepaliveMeetsTheEndingError(pg_url)
+    listener = Listener(connector, "runq_backoff_test", deliver=lambda _message: None)
+    async with anyio.create_task_group() as tg:
+        await tg.start(listener.run)
+        await wait_for(
+            lambda: listener.reconnects == 1 and listener.connected,
+            timeout=KEEPALIVE_SECONDS * 3,
+            message="the listener reconnected instead of ending the daemon",
+        )
+        tg.cancel_scope.cancel()

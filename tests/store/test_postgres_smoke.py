@@ -2,21 +2,16 @@
 LOCKED under concurrency, the advisory-locked migration, NOTIFY, the claim plan) plus one
 pass over every verb. The conformance suite covers the shared semantics on both engines.
 
-The real server restart test is opt-in (``RUNQ_TEST_PG_RESTART=1``) because it restarts
-the shared cluster under every other test run; the default suite kills the store's
-backends instead, which exercises the same recovery path.
+The real server restart restarts a private cluster of its own (tests/pgcluster.py); the
+other recovery tests kill the store's backends on the shared server.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
-import shutil
-import subprocess
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -24,6 +19,7 @@ import pytest
 from conftest import PG_URL, drop_schema, new_schema_name
 from factories import purge
 from helpers import ordered_run_id, wait_for
+from pgcluster import PgClusterFactory
 
 from runq.errors import (
     Conflict,
@@ -190,40 +186,28 @@ async def test_pool_recovers_after_its_connections_are_killed(schema: str) -> No
         await s.close()
 
 
-def _cluster() -> tuple[str, str] | None:
-    if shutil.which("pg_ctlcluster") is None or not Path("/etc/postgresql").is_dir():
-        return None
-    versions = sorted(os.listdir("/etc/postgresql"))
-    return (versions[-1], "main") if versions else None
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+async def test_store_survives_a_server_restart(pg_clusters: PgClusterFactory, mode: str) -> None:
+    cluster = await pg_clusters.start()
+    store = PostgresStore(cluster.url, schema="runq", sealer=KeyRing([KEY]))
+    await store.connect()
+    try:
+        await store.migrate()
+        await store.submit(new(), max_queue_depth=0)
+        await cluster.restart(mode)
 
+        async def works() -> bool:
+            try:
+                await store.submit(new(), max_queue_depth=0)
+            except StoreUnavailable:
+                return False  # the first call after the restart may meet a dead connection
+            return True
 
-@pytest.mark.exclusive  # restarts the cluster: never beside other tests
-@pytest.mark.skipif(
-    os.environ.get("RUNQ_TEST_PG_RESTART") != "1",
-    reason="restarts the shared PostgreSQL cluster; set RUNQ_TEST_PG_RESTART=1",
-)
-async def test_store_survives_a_server_restart(store: PostgresStore) -> None:
-    cluster = _cluster()
-    if cluster is None:
-        pytest.skip("no pg_ctlcluster here")
-    await store.submit(new(), max_queue_depth=0)
-    await asyncio.to_thread(
-        subprocess.run,
-        ["pg_ctlcluster", "--skip-systemctl-redirect", *cluster, "restart"],
-        check=True,
-        capture_output=True,
-    )
-
-    async def works() -> bool:
-        try:
-            await store.submit(new(), max_queue_depth=0)
-        except StoreUnavailable:
-            return False  # the first call after the restart may meet a dead connection
-        return True
-
-    await wait_for(works, timeout=30, interval=0.2, message="store never recovered")
-    assert await store.count_runs() == 2
-    await store.ping()
+        await wait_for(works, timeout=30, interval=0.2, message="store never recovered")
+        assert await store.count_runs() == 2
+        await store.ping()
+    finally:
+        await store.close()
 
 
 # -- producer ----------------------------------------------------------------------------

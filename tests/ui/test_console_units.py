@@ -164,6 +164,18 @@ def test_overview_from_exporter_text() -> None:
     assert (overview.live_workers, overview.expired_leases) == (2, 1)
     assert overview.budget_refusals_here == {"cost": 4}
     assert overview.as_live_data()["dead-letters"] == 7
+    assert (overview.primary, overview.failovers_here) == ("", 0)  # SQLite: no primary
+
+
+def test_the_overview_names_the_primary_and_the_failovers_seen() -> None:
+    registry = CollectorRegistry()
+    primary = Gauge("runq_store_primary_info", "", ["server"], registry=registry)
+    primary.labels(server="10.0.0.6:5432").set(1)
+    Counter("runq_store_failovers", "", registry=registry).inc()
+    overview = overview_from_metrics(generate_latest(registry).decode())
+    assert (overview.primary, overview.failovers_here) == ("10.0.0.6:5432", 1)
+    live = overview.as_live_data()
+    assert (live["primary"], live["failovers-here"]) == ("10.0.0.6:5432", 1)
 
 
 def test_decisions_and_redirect_targets() -> None:

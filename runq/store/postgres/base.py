@@ -15,9 +15,12 @@ from runq.seal import Sealer
 from runq.store import codec
 from runq.store.postgres import statements as pg_sql
 from runq.store.postgres.claim_head import ClaimHead
+from runq.store.postgres.cluster import PrimaryConnector, PrimaryTracker, replication_report
 from runq.store.postgres.connection import Pool
 from runq.store.postgres.notifications import PostgresNotifications
+from runq.store.postgres.statements.cluster import REPLICATION
 from runq.store.postgres.statements.fragments import channel_name
+from runq.store.replication import ReplicationReport
 from runq.store.statements import check_schema
 
 #: The claim path's own connections (opened on the first claim): one per claim loop of the
@@ -103,6 +106,8 @@ class PostgresBase:
         self.limits = LimitRules()
         self._sealer = sealer
         self._migration_timeout = migration_timeout
+        #: The primary every connection of this store (pools and listener) writes to.
+        self._tracker = PrimaryTracker(url)
         self._db = Pool(
             url,
             min_size=min_size,
@@ -111,6 +116,7 @@ class PostgresBase:
             connect_timeout=connect_timeout,
             application_name=application_name,
             pooled=pgbouncer,
+            tracker=self._tracker,
         )
         # Claims on a connection of their own: a wake-up's claim never queues behind
         # completion writes and heartbeats on the shared pool (the start-latency tail).
@@ -128,6 +134,7 @@ class PostgresBase:
             application_name=f"{application_name} claims",
             pooled=pgbouncer,
             synchronous_commit=False,
+            tracker=self._tracker,
         )
         self._claims_opening = asyncio.Lock()
         self._sql_offset = 0.0
@@ -139,7 +146,7 @@ class PostgresBase:
         #: Where this store's claims start walking the claim index (``claim_head.py``).
         self._claim_head = ClaimHead()
         self._notifications = PostgresNotifications(
-            self.notify, self.channel, self.listen_url, keepalive_sql=self._sql_cache.ping
+            self.notify, self.channel, self.listen_connector()
         )
 
     @property
@@ -175,6 +182,19 @@ class PostgresBase:
         """NOTIFY this installation's channel."""
         await self._db.fetchval(self._sql.notify, self.channel, payload)
 
+    def listen_connector(self) -> PrimaryConnector | None:
+        """What the ``LISTEN`` connection opens through (on the primary, checked at every
+        keepalive), or None where it cannot listen (``listen_url``)."""
+        url = self.listen_url
+        if url is None:
+            return None
+        tracker = self._tracker if url == self.url else PrimaryTracker(url, counts=False)
+        return PrimaryConnector(url, tracker, application_name="runq-listener")
+
+    @property
+    def server(self) -> str:
+        return self._tracker.server
+
     async def connect(self) -> None:
         await self._db.connect()
 
@@ -193,7 +213,19 @@ class PostgresBase:
             await self._db.close()
 
     async def ping(self) -> None:
-        await self._db.fetchval(self._sql.ping, retry=True)
+        """A round trip that also proves the server takes writes: a pooled connection that
+        outlived a failover on a server now read-only (behind PgBouncer, a moved DNS name)
+        is dropped, and the ping tried again on a fresh one, which finds the primary."""
+
+        async def check(pool: asyncpg.Pool) -> None:
+            async with pool.acquire() as con:
+                await self._tracker.check(con)
+
+        await self._db.call(check, retry=True)
+
+    async def replication(self) -> ReplicationReport:
+        row = await self._db.fetchrow(REPLICATION, retry=True)
+        return replication_report(row)
 
     async def now(self) -> float:
         value: float = await self._db.fetchval(self._sql.now, retry=True)

@@ -1,5 +1,6 @@
 """PostgreSQL connection policy: the asyncpg pool, which errors mean "unavailable", and
-when a statement may be tried again on a fresh connection."""
+when a statement may be tried again on a fresh connection. Every connection goes to the
+writable primary of the URL's servers (``cluster.py``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,12 @@ import asyncpg.exceptions as pgerr
 
 from runq.config import redact_url
 from runq.errors import StoreUnavailable
+from runq.store.postgres.cluster import (
+    NOT_PRIMARY,
+    PrimaryTracker,
+    connect_options,
+    outage_detail,
+)
 
 T = TypeVar("T")
 
@@ -57,6 +64,13 @@ def is_outage(error: BaseException) -> bool:
     return isinstance(error, UNAVAILABLE) and not isinstance(error, NOT_AN_OUTAGE)
 
 
+def not_applied(error: BaseException) -> bool:
+    """True when the statement certainly changed nothing: never sent, or refused by a
+    server that takes no writes (a standby after a failover), so trying it again on a
+    fresh connection, which goes to the new primary, cannot run a write twice."""
+    return isinstance(error, (*NOT_SENT, *NOT_PRIMARY))
+
+
 async def _reset_connection(con: asyncpg.Connection) -> None:
     """Pool release hook: nothing to do.
 
@@ -84,13 +98,16 @@ class Pool:
         application_name: str,
         pooled: bool = False,
         synchronous_commit: bool = True,
+        tracker: PrimaryTracker | None = None,
     ) -> None:
         """``pooled``: behind PgBouncer in transaction mode, where a server-side prepared
         statement may be gone (or belong to another client) by the next transaction, and
         startup settings other than ``application_name`` are not passed on.
         ``synchronous_commit=False``: a commit does not wait for its WAL flush (the claim
-        pool; see ``PostgresBase``)."""
+        pool; see ``PostgresBase``). ``tracker``: identifies each new connection's server
+        and follows the primary (shared by the store's pools and its listener)."""
         self.url = url
+        self._tracker = tracker or PrimaryTracker(url)
         self._pooled = pooled
         self._synchronous_commit = synchronous_commit
         self._min_size = min_size
@@ -109,7 +126,7 @@ class Pool:
         # the first outage in the chain says what actually happened.
         while isinstance(error.__context__, UNAVAILABLE):
             error = error.__context__
-        detail = str(error) or type(error).__name__
+        detail = outage_detail(error)
         return StoreUnavailable(f"PostgreSQL at {redact_url(self.url)} is unavailable: {detail}")
 
     def not_migrated(self, error: BaseException) -> StoreUnavailable:
@@ -135,8 +152,10 @@ class Pool:
                 command_timeout=self._command_timeout,
                 timeout=self._connect_timeout,
                 reset=_reset_connection,
+                init=self._tracker.check,
                 statement_cache_size=0 if self._pooled else 100,
                 server_settings=self._server_settings(),
+                **connect_options(self.url),
             )
         except CONNECT_ERRORS as e:
             raise self.unavailable(e) from e
@@ -179,10 +198,11 @@ class Pool:
         """Run ``op`` on the pool; map connection failures to ``StoreUnavailable``.
 
         After a failure every pooled connection is expired, so the next call reconnects
-        instead of tripping over the next dead connection of a restarted server. The call
-        is tried once more on a fresh connection when that is safe: always for reads
-        (``retry``), and for writes only when the client never sent the statement. A write
-        that may have reached the server is never repeated: it may have committed.
+        (to the new primary, after a failover) instead of tripping over the next dead
+        connection of a restarted server. The call is tried once more on a fresh
+        connection when that is safe: always for reads (``retry``), and for writes only
+        when the statement certainly changed nothing (``not_applied``). A write that may
+        have reached the server is never repeated: it may have committed.
         """
         pool = self._live
         try:
@@ -190,19 +210,19 @@ class Pool:
         except UNAVAILABLE as e:
             if not is_outage(e):
                 raise
-            await self._expire(pool)
-            if not (retry or isinstance(e, NOT_SENT)):
+            await self._expire(pool, e)
+            if not (retry or not_applied(e)):
                 raise self.unavailable(e) from e
         try:
             return await op(pool)
         except UNAVAILABLE as e:
             if not is_outage(e):
                 raise
-            await self._expire(pool)
+            await self._expire(pool, e)
             raise self.unavailable(e) from e
 
-    @staticmethod
-    async def _expire(pool: asyncpg.Pool) -> None:
+    async def _expire(self, pool: asyncpg.Pool, error: BaseException) -> None:
+        self._tracker.noticed(error)
         # Best effort: the pool replaces a broken connection on its own anyway.
         with contextlib.suppress(Exception):
             await pool.expire_connections()
@@ -236,5 +256,5 @@ class Pool:
         except UNAVAILABLE as e:
             if not is_outage(e):
                 raise
-            await self._expire(pool)
+            await self._expire(pool, e)
             raise self.unavailable(e) from e

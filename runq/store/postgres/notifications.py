@@ -14,25 +14,53 @@ step), and is reset only by a connection that held for ``KEEPALIVE_SECONDS``. Th
 logged once when it starts (warning) and once when it ends (info, with how long it lasted
 and how many attempts it took); each failed attempt in between is a debug line. After a
 reconnection it delivers one ``wake``: anything announced while it was away is found by
-that claim pass, or by the poll.
+that claim pass, or by the poll. It connects through the store's ``PrimaryConnector``
+(``cluster.py``): only to the writable primary, and its keepalive also proves the server
+still is one, so after a failover it listens on the new primary.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import anyio
 import asyncpg
 from anyio.abc import TaskStatus
 
-from runq.config import redact_url
 from runq.log import get_logger
 from runq.loops import LISTENER_BACKOFF, Backoff
 from runq.metrics import STORE_ERRORS
 from runq.store.notifications import WAKE_MESSAGE, Notifications
 
 log = get_logger(__name__)
+
+#: What ends a listening connection (the listener then reconnects). InternalClientError:
+#: a keepalive sent while the connection was still taking in the error that ended it (the
+#: server's "terminating connection" at a crash or failover).
+CONNECTION_LOST: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+)
+
+
+class ListenConnector(Protocol):
+    """How the listener opens its connection and proves it still good: the store's
+    ``cluster.PrimaryConnector`` (on the writable primary, through a failover)."""
+
+    @property
+    def target(self) -> str:
+        """Where it connects, for logs (no password)."""
+
+    async def connect(self) -> asyncpg.Connection: ...
+
+    async def check(self, conn: asyncpg.Connection) -> None:
+        """Raises when the connection is dead or its server no longer takes writes."""
+
 
 #: How often the listener proves its connection alive; a dead one is replaced.
 KEEPALIVE_SECONDS = 5.0
@@ -50,15 +78,12 @@ class PostgresNotifications(Notifications):
         self,
         notify: Callable[[str], Awaitable[None]],
         channel: str,
-        listen_url: str | None,
-        *,
-        keepalive_sql: str,
+        connector: ListenConnector | None,
     ) -> None:
         super().__init__()
         self._notify = notify
         self.channel = channel
-        self._listen_url = listen_url
-        self._keepalive_sql = keepalive_sql
+        self._connector = connector
         self.listener: Listener | None = None
 
     async def send(self, payload: str) -> None:
@@ -70,15 +95,10 @@ class PostgresNotifications(Notifications):
         return self.listener is not None and self.listener.connected
 
     async def listen(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        if self._listen_url is None:
+        if self._connector is None:
             task_status.started()  # behind PgBouncer with no direct URL: readers poll
             return
-        self.listener = Listener(
-            self._listen_url,
-            self.channel,
-            deliver=self.deliver,
-            keepalive_sql=self._keepalive_sql,
-        )
+        self.listener = Listener(self._connector, self.channel, deliver=self.deliver)
         await self.listener.run(task_status=task_status)
 
 
@@ -88,18 +108,16 @@ class Listener:
 
     def __init__(
         self,
-        url: str,
+        connector: ListenConnector,
         channel: str,
         *,
         deliver: Callable[[str], None],
-        keepalive_sql: str,
         backoff: Backoff = LISTENER_BACKOFF,
     ) -> None:
-        self._url = url
+        #: Opens the connection on the writable primary and proves it still is one.
+        self._connector = connector
         self._channel = channel
         self._deliver = deliver
-        #: The trivial statement that proves the connection alive (the store's ``ping``).
-        self._keepalive_sql = keepalive_sql
         self._backoff = backoff
         self.connected = False
         self.reconnects = 0
@@ -121,7 +139,7 @@ class Listener:
             failure: str | None = None
             try:
                 await self._listen_once(task_status)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as e:
+            except CONNECTION_LOST as e:
                 failure = str(e) or type(e).__name__
             if self._held_for >= KEEPALIVE_SECONDS:
                 # A connection that held was a healthy period: this is a new outage.
@@ -141,7 +159,7 @@ class Listener:
             log.warning(
                 "listener.disconnected",
                 error=error,
-                url=redact_url(self._url),
+                url=self._connector.target,
                 retry_in=round(delay, 2),
             )
         else:
@@ -168,9 +186,7 @@ class Listener:
             task_status.started()
 
     async def _listen_once(self, task_status: TaskStatus[None]) -> None:
-        conn = await asyncpg.connect(
-            self._url, timeout=10, server_settings={"application_name": "runq-listener"}
-        )
+        conn = await self._connector.connect()
         lost = anyio.Event()
         conn.add_termination_listener(lambda _c: lost.set())
         try:
@@ -198,7 +214,7 @@ class Listener:
             if lost.is_set():
                 raise ConnectionError("listener connection closed")
             with anyio.fail_after(KEEPALIVE_SECONDS):
-                await conn.execute(self._keepalive_sql)
+                await self._connector.check(conn)  # alive, and still the primary
 
 
 @dataclass

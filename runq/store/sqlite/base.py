@@ -14,6 +14,7 @@ from runq.model import BudgetBlock, Run
 from runq.seal import Sealer
 from runq.store import codec
 from runq.store.notifications import Notifications
+from runq.store.replication import ReplicationMode, ReplicationReport
 from runq.store.sqlite import statements as sql
 from runq.store.sqlite.connection import Body, Connections, Row
 from runq.store.statements import check_schema
@@ -73,6 +74,14 @@ class SqliteBase:
 
     async def ping(self) -> None:
         await self._db.read_one(sql.PING, ())
+
+    @property
+    def server(self) -> str:
+        return str(self.path)
+
+    async def replication(self) -> ReplicationReport:
+        """A file has no standby: an acknowledgement is as durable as its disk."""
+        return ReplicationReport(mode=ReplicationMode.NONE, server=self.server)
 
     async def now(self) -> float:
         row = await self._db.read_one(sql.NOW, (self.clock_offset_seconds,))

@@ -88,7 +88,6 @@ class Statements:
     applied_versions: str
     record_migration: str
     migrations_table_exists: str
-    ping: str
     register_worker: str
     remove_worker: str
     prune_workers: str
@@ -162,7 +161,6 @@ def build(schema: str, offset: float) -> Statements:
     admit, admit_affinity, admit_one = admit_sql(s, now)
     return Statements(
         now=f"SELECT {now}",
-        ping="SELECT 1",
         get=f"SELECT * FROM {s}.runs WHERE id = $1",
         error_detail=f"SELECT error_detail FROM {s}.runs WHERE id = $1",
         count_runs=f"SELECT count(*) FROM {s}.runs",
