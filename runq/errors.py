@@ -55,6 +55,14 @@ class StoreUnavailable(RunqError):
     """The database cannot be reached or refused the write (HTTP 503)."""
 
 
+class StoreContention(StoreUnavailable):
+    """The database aborted the write to break a lock cycle or a serialization conflict
+    (PostgreSQL SQLSTATE 40P01, 40001), or a lock wait ran out (55P03), and it kept
+    happening after the store's own tries: nothing was written, and the same write may
+    be tried again. The database answered, so this is no outage, but every caller that
+    retries ``StoreUnavailable`` retries this too (HTTP 503)."""
+
+
 class SealError(RunqError):
     """A sealed value failed to open, or no key can seal. Never a cleartext fallback."""
 

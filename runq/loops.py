@@ -3,10 +3,12 @@
 One policy object per loop, ``Retry``, counts the consecutive failures, says how long to
 wait (jittered exponential ``Backoff``, so an outage never turns into a retry storm and the
 first retry after a blip still comes quickly), counts the failure in
-``runq_store_errors_total`` and tells its ``LoopObserver``: a pass failed (and whether the
-store was unavailable, the error a database outage raises), or passes succeed again. The
-observer decides what an operator reads; ``LogEachFailure`` (the default) writes one
-warning per failure. ``run_periodically`` is the loop itself for every periodic service
+``runq_store_errors_total`` and tells the process's ``LoopObserver``: a pass failed (and
+whether the store was unavailable, the error a database outage raises), or passes succeed
+again. The observer decides what an operator reads; the one installed here,
+``OutageLog``, turns an outage into two warnings for the whole process (the database is
+unreachable; it is back, after so long) however many loops notice it, and logs other
+failures with backoff. ``run_periodically`` is the loop itself for every periodic service
 (River's ``baseservice`` and Oban's plugin loop are the models): a pass at once, then one
 every interval, sooner after a failure.
 
@@ -16,13 +18,14 @@ Every backoff constant of the package is here (the intervals are configuration).
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 import anyio
 
-from runq.errors import StoreUnavailable
+from runq.errors import StoreContention, StoreUnavailable
 from runq.log import get_logger
 from runq.metrics import STORE_ERRORS
 
@@ -61,10 +64,18 @@ WRITE_BACKOFF = Backoff(base=0.1, cap=2.0)
 EVENTS_BACKOFF = Backoff(base=0.05, cap=2.0)
 #: The LISTEN connection's reconnects (reset only by a connection that held).
 LISTENER_BACKOFF = Backoff(base=0.1, cap=5.0)
+#: A statement the database aborted for contention (a deadlock, a serialization failure),
+#: tried again by the store at once: the other party usually commits within milliseconds.
+CONTENTION_BACKOFF = Backoff(base=0.005, cap=0.5)
+
+
+def is_outage(error: BaseException) -> bool:
+    """True for what a database that is away raises; a contention abort is an answer."""
+    return isinstance(error, UNAVAILABLE_ERRORS) and not isinstance(error, StoreContention)
 
 
 class LoopObserver(Protocol):
-    """What an operator hears of a loop's failures (issue: quiet outage logs)."""
+    """What an operator hears of a loop's failures."""
 
     def failed(
         self, retry: Retry, error: BaseException, delay: float, fields: dict[str, object]
@@ -75,31 +86,78 @@ class LoopObserver(Protocol):
         """A pass succeeded after ``retry.failures`` failed ones."""
 
 
-class LogEachFailure:
-    """One warning per failed pass, under the loop's event name, with the error and the
-    delay before the next try (``retry_in``) when the loop logs it."""
+def _error_text(error: BaseException) -> str:
+    return str(error) or type(error).__name__
+
+
+def _worth_a_warning(failures: int) -> bool:
+    """The 1st, 2nd, 4th, 8th... consecutive failure: a stuck loop keeps saying so, ever
+    more rarely."""
+    return failures & (failures - 1) == 0
+
+
+class OutageLog:
+    """The process's ``LoopObserver``: an outage is two warnings, whoever notices it.
+
+    The first loop (or the listener) that finds the database away writes
+    ``store.unreachable``; the failures of every loop after it are counted
+    (``runq_store_errors_total{service}``) and logged at debug; the first success after it
+    writes ``store.reachable`` with the outage's length. A failure that is not an outage
+    (the database answered with an error) is a warning under the loop's own event, logged
+    with backoff (see ``_worth_a_warning``) with the count of consecutive failures.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        #: When the database was first found away (None: reachable, as far as we know).
+        self._down_since: float | None = None
+
+    @property
+    def down(self) -> bool:
+        return self._down_since is not None
+
+    def unreachable(self, source: str, error: BaseException) -> None:
+        """``source`` found the database away."""
+        if self._down_since is not None:
+            log.debug("store.still_unreachable", source=source, error=_error_text(error))
+            return
+        self._down_since = self._clock()
+        log.warning("store.unreachable", source=source, error=_error_text(error))
+
+    def reachable(self, source: str) -> None:
+        """``source`` reached the database."""
+        if self._down_since is None:
+            return
+        seconds, self._down_since = self._clock() - self._down_since, None
+        log.warning("store.reachable", source=source, outage_seconds=round(seconds, 1))
 
     def failed(
         self, retry: Retry, error: BaseException, delay: float, fields: dict[str, object]
     ) -> None:
+        if retry.unavailable:
+            self.unreachable(retry.source, error)
+            return
         if retry.event is None:
             return
         if retry.log_delay:
             fields = {**fields, "retry_in": round(delay, 2)}
-        log.warning(retry.event, error=str(error) or type(error).__name__, **fields)
+        level = log.warning if _worth_a_warning(retry.failures) else log.debug
+        level(retry.event, error=_error_text(error), failures=retry.failures, **fields)
 
     def recovered(self, retry: Retry) -> None:
-        return None
+        self.reachable(retry.source)
 
 
-LOG_EACH_FAILURE = LogEachFailure()
+#: The observer of every loop of this process (one outage, one pair of warnings).
+OUTAGE_LOG = OutageLog()
 
 
 class Retry:
     """The delay policy of one loop: how long after a failure, and who hears of it.
 
     ``metric``: the ``service`` label counted in ``runq_store_errors_total`` (None: the
-    loop counts elsewhere); ``event``: the warning ``LogEachFailure`` writes (None: none);
+    loop counts elsewhere); ``event``: the warning a failure that is no outage is logged
+    under (None: none);
     ``ceiling``: no delay is longer (a service's interval)."""
 
     def __init__(
@@ -110,7 +168,7 @@ class Retry:
         event: str | None,
         log_delay: bool = True,
         ceiling: float | None = None,
-        observer: LoopObserver = LOG_EACH_FAILURE,
+        observer: LoopObserver = OUTAGE_LOG,
     ) -> None:
         self.backoff = backoff
         self.metric = metric
@@ -125,7 +183,7 @@ class Retry:
     def failed(self, error: BaseException, **fields: object) -> float:
         """Count a failure; returns the seconds to wait before the next try."""
         self.failures += 1
-        self.unavailable = isinstance(error, UNAVAILABLE_ERRORS)
+        self.unavailable = is_outage(error)
         delay = self.backoff.delay(self.failures)
         if self.ceiling is not None:
             delay = min(delay, self.ceiling)
@@ -133,6 +191,11 @@ class Retry:
             STORE_ERRORS.labels(service=self.metric).inc()
         self.observer.failed(self, error, delay, fields)
         return delay
+
+    @property
+    def source(self) -> str:
+        """What this loop is called in a log line."""
+        return self.metric or self.event or "loop"
 
     def succeeded(self) -> None:
         """A pass went through: the next failure starts from the shortest delay again."""

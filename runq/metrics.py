@@ -119,6 +119,13 @@ STORE_ERRORS = Counter(
     ["service"],
     registry=REGISTRY,
 )
+STORE_RETRIES = Counter(
+    "runq_store_retries_total",
+    "Statements the database aborted for contention (deadlock, serialization failure, "
+    "lock timeout) and that were tried again: nothing was written by them.",
+    ["verb", "reason"],
+    registry=REGISTRY,
+)
 STORE_FAILOVERS = Counter(
     "runq_store_failovers_total",
     "Times this process found its PostgreSQL primary on another server (a failover).",

@@ -244,6 +244,10 @@ class HeartbeatResult(msgspec.Struct, frozen=True):
     lost: tuple[Lease, ...] = ()
     #: Runs among the renewed ones whose cancel was requested meanwhile.
     cancel_requested: tuple[str, ...] = ()
+    #: Leases neither renewed nor lost: another transaction held the run's row (this
+    #: worker's own settle of it, the reaper, an operator's cancel) and the heartbeat does
+    #: not wait for a row. The next heartbeat tells.
+    busy: tuple[Lease, ...] = ()
 
 
 class FailOutcome(enum.StrEnum):

@@ -197,7 +197,9 @@ class Store(Protocol):
 
     async def heartbeat_many(self, worker_id: str, leases: Sequence[Lease]) -> HeartbeatResult:
         """Renew every lease held by ``worker_id`` in one statement (``locked_at = now``) and
-        refresh the worker's ``last_seen_at``. Leases not renewed are reported ``lost``;
+        refresh the worker's ``last_seen_at``. Leases not renewed are reported ``lost``,
+        except those whose row another transaction held at that moment (``busy``: a
+        heartbeat never waits for a run row, so it can never be part of a lock cycle);
         renewed runs whose cancel was requested are reported in ``cancel_requested``."""
 
     async def complete_many(self, worker_id: str, completions: Sequence[Completion]) -> FenceResult:

@@ -15,7 +15,7 @@ milliseconds; the engines supply the lookups (stored keys, held unique keys) and
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from runq.errors import IdempotencyConflict, QueueFull
@@ -44,6 +44,18 @@ def idempotency_slot(new: NewRun) -> tuple[str, str] | None:
     if new.idempotency_key is None:
         return None
     return new.idempotency_key, new.actor.user_id or ""
+
+
+def insert_order(news: Sequence[NewRun], positions: Iterable[int]) -> list[int]:
+    """``positions`` in the order a batch inserts them: runs with an idempotency key first,
+    by (key, user), then the rest as given. Two batches that share keys then wait for each
+    other's keys in one order, never crosswise (a deadlock of the unique index)."""
+    keyed: list[int] = []
+    plain: list[int] = []
+    for i in positions:
+        (plain if news[i].idempotency_key is None else keyed).append(i)
+    keyed.sort(key=lambda i: idempotency_slot(news[i]) or ("", ""))
+    return keyed + plain
 
 
 def unique_slot(new: NewRun) -> tuple[str, str] | None:

@@ -23,6 +23,10 @@ from runq.limits import like_pattern
 from runq.listing import DEFAULT_SORT_BY, SORTABLE_FIELDS, RunCursor, RunFilter
 from runq.store.statements import status_list
 
+#: Stated by every listing: the predicate of PostgreSQL's runs_listing_idx (always true),
+#: so that index serves the listings and no lookup by id can walk it (migration 0015).
+LISTED = "created_at IS NOT NULL"
+
 
 class ListingDialect(NamedTuple):
     """What a run listing's SQL differs by between the engines."""
@@ -96,7 +100,7 @@ def listing_clauses(
     """The WHERE terms of a run listing; ``service_account`` is the engine's SQL test of
     "submitted by a service account" on the ``actor`` JSON column. The status list is
     literal (enum values only) so it plans like a custom plan."""
-    clauses: list[str] = []
+    clauses: list[str] = [LISTED]
     if where.statuses:
         clauses.append(f"status IN ({status_list(frozenset(where.statuses))})")
     if where.component is not None:

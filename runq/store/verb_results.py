@@ -35,13 +35,23 @@ def open_claimed(rows: Sequence[R], sealer: Sealer) -> tuple[list[Run], list[tup
 
 
 def heartbeat_result(
-    leases: Sequence[Lease], renewed: set[tuple[str, int]], cancel_requested: Iterable[str]
+    leases: Sequence[Lease],
+    renewed: set[tuple[str, int]],
+    cancel_requested: Iterable[str],
+    busy: Iterable[str] = (),
 ) -> HeartbeatResult:
-    """Split ``leases`` by whether (id, attempt) was renewed; cancel requests sorted by id."""
+    """Split ``leases`` by whether (id, attempt) was renewed, or left alone because its row
+    was ``busy`` (held by another transaction), else lost; cancel requests sorted by id."""
+    held = set(busy)
     return HeartbeatResult(
         renewed=tuple(le for le in leases if (le.run_id, le.attempt) in renewed),
-        lost=tuple(le for le in leases if (le.run_id, le.attempt) not in renewed),
+        lost=tuple(
+            le for le in leases if (le.run_id, le.attempt) not in renewed and le.run_id not in held
+        ),
         cancel_requested=tuple(sorted(cancel_requested)),
+        busy=tuple(
+            le for le in leases if (le.run_id, le.attempt) not in renewed and le.run_id in held
+        ),
     )
 
 

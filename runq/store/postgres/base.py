@@ -108,6 +108,8 @@ class PostgresBase:
         self._migration_timeout = migration_timeout
         #: The primary every connection of this store (pools and listener) writes to.
         self._tracker = PrimaryTracker(url)
+        #: Statement text → its name, for the ``verb`` label of a contention retry.
+        self._names: dict[str, str] = {}
         self._db = Pool(
             url,
             min_size=min_size,
@@ -117,6 +119,7 @@ class PostgresBase:
             application_name=application_name,
             pooled=pgbouncer,
             tracker=self._tracker,
+            name_of=self._statement_name,
         )
         # Claims on a connection of their own: a wake-up's claim never queues behind
         # completion writes and heartbeats on the shared pool (the start-latency tail).
@@ -135,10 +138,12 @@ class PostgresBase:
             pooled=pgbouncer,
             synchronous_commit=False,
             tracker=self._tracker,
+            name_of=self._statement_name,
         )
         self._claims_opening = asyncio.Lock()
         self._sql_offset = 0.0
         self._sql_cache = pg_sql.build(schema, 0.0)
+        self._names.update(pg_sql.names_of(self._sql_cache))
         #: The ``event_seq`` this replica last saw for runs it holds (claim, event append):
         #: a completion carrying events numbers them from it in one statement, checked
         #: there; a run missing here, or whose number moved, takes the longer transaction.
@@ -161,7 +166,11 @@ class PostgresBase:
         if self.clock_offset_seconds != self._sql_offset:
             self._sql_offset = self.clock_offset_seconds
             self._sql_cache = pg_sql.build(self.schema, self._sql_offset)
+            self._names.update(pg_sql.names_of(self._sql_cache))
         return self._sql_cache
+
+    def _statement_name(self, sql: str) -> str:
+        return self._names.get(sql, "other")
 
     def _run(self, row: asyncpg.Record) -> Run:
         return codec.row_to_run(row, self._sealer)
@@ -221,7 +230,7 @@ class PostgresBase:
             async with pool.acquire() as con:
                 await self._tracker.check(con)
 
-        await self._db.call(check, retry=True)
+        await self._db.call(check, retry=True, verb="ping")
 
     async def replication(self) -> ReplicationReport:
         row = await self._db.fetchrow(REPLICATION, retry=True)
@@ -236,6 +245,7 @@ class PostgresBase:
         offset = self.clock_offset_seconds
         if self._schedule_cache is None or self._schedule_cache[0] != offset:
             self._schedule_cache = (offset, pg_sql.build_schedules(self.schema, offset))
+            self._names.update(pg_sql.names_of(self._schedule_cache[1]))
         return self._schedule_cache[1]
 
     #: The short name the verbs use.

@@ -1,5 +1,6 @@
-"""PostgreSQL connection policy: the asyncpg pool, which errors mean "unavailable", and
-when a statement may be tried again on a fresh connection. Every connection goes to the
+"""PostgreSQL connection policy: the asyncpg pool, which errors mean "unavailable", when a
+statement may be tried again on a fresh connection, and when the database's own abort (a
+deadlock, a serialization failure) is tried again at once. Every connection goes to the
 writable primary of the URL's servers (``cluster.py``)."""
 
 from __future__ import annotations
@@ -10,11 +11,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
+import anyio
 import asyncpg
 import asyncpg.exceptions as pgerr
 
 from runq.config import redact_url
-from runq.errors import StoreUnavailable
+from runq.errors import StoreContention, StoreUnavailable
+from runq.loops import CONTENTION_BACKOFF
+from runq.metrics import STORE_RETRIES
 from runq.store.postgres.cluster import (
     NOT_PRIMARY,
     PrimaryTracker,
@@ -60,6 +64,27 @@ NOT_MIGRATED: tuple[type[BaseException], ...] = (
 )
 
 
+#: What PostgreSQL answers when it aborted a transaction to break a lock cycle (40P01) or
+#: a serialization conflict (40001, under REPEATABLE READ or SERIALIZABLE, which a server or
+#: role default may impose), or when a lock wait ran out (55P03: runq sets no
+#: ``lock_timeout``, but a server or role may). The whole transaction was rolled back:
+#: nothing of it was written, so running it again cannot apply anything twice. Each is a
+#: label of ``runq_store_retries_total``.
+CONTENTION: dict[type[BaseException], str] = {
+    pgerr.DeadlockDetectedError: "deadlock",
+    pgerr.SerializationError: "serialization",
+    pgerr.LockNotAvailableError: "lock_timeout",
+}
+CONTENTION_ERRORS: tuple[type[BaseException], ...] = tuple(CONTENTION)
+#: Tries of a statement (or transaction) the database keeps aborting for contention before
+#: ``StoreContention`` goes to the caller, whose own loop tries again later.
+CONTENTION_ATTEMPTS = 5
+
+
+def contention_reason(error: BaseException) -> str:
+    return next(reason for kind, reason in CONTENTION.items() if isinstance(error, kind))
+
+
 def is_outage(error: BaseException) -> bool:
     return isinstance(error, UNAVAILABLE) and not isinstance(error, NOT_AN_OUTAGE)
 
@@ -82,6 +107,37 @@ async def _reset_connection(con: asyncpg.Connection) -> None:
     """
 
 
+def session_settings(
+    application_name: str, *, pooled: bool = False, synchronous_commit: bool = True
+) -> dict[str, str]:
+    """The settings every runq connection starts its session with (``Pool``): behind
+    PgBouncer (``pooled``) only its name, which is all PgBouncer passes on."""
+    if pooled:
+        return {"application_name": application_name}
+    return {
+        "application_name": application_name,
+        # Queue statements are short OLTP; JIT compilation only adds latency.
+        "jit": "off",
+        # Plan each prepared statement once. Custom plans re-plan the claim on every call
+        # (about a third of its cost), and only because a generic plan cannot see LIMIT $n
+        # and over-estimates it; every statement here is written to get the same index
+        # paths in its generic plan (primary key probes via = ANY, literal LIMITs where
+        # they steer the plan; see bench/CLAIM_EXPLAIN.md).
+        "plan_cache_mode": "force_generic_plan",
+        # ...and that plan must stay right as the table grows. It is made at a
+        # statement's first execution on this connection and kept; on an empty table (or
+        # one analyzed while empty) every scan costs nothing, so the planner picked
+        # sequential scans that then read the whole table on every call for the
+        # connection's life. Every statement of runq has an index path and is written for
+        # it (docs/INTERNALS.md, "Plans"); this only adds a large cost to sequential scans
+        # (one is still made where nothing else can answer), so the choice is among index
+        # paths at any size. Custom plans would follow the table too, at about twice the
+        # database CPU of a heartbeat or a completion (tests/store/test_pg_plans.py).
+        "enable_seqscan": "off",
+        "synchronous_commit": "on" if synchronous_commit else "off",
+    }
+
+
 class Pool:
     """An asyncpg pool with runq's error policy: connection failures become
     ``StoreUnavailable`` naming the URL without its password, and a statement is tried once
@@ -99,14 +155,17 @@ class Pool:
         pooled: bool = False,
         synchronous_commit: bool = True,
         tracker: PrimaryTracker | None = None,
+        name_of: Callable[[str], str] = lambda _sql: "other",
     ) -> None:
         """``pooled``: behind PgBouncer in transaction mode, where a server-side prepared
         statement may be gone (or belong to another client) by the next transaction, and
         startup settings other than ``application_name`` are not passed on.
         ``synchronous_commit=False``: a commit does not wait for its WAL flush (the claim
         pool; see ``PostgresBase``). ``tracker``: identifies each new connection's server
-        and follows the primary (shared by the store's pools and its listener)."""
+        and follows the primary (shared by the store's pools and its listener). ``name_of``:
+        a statement text's name, the ``verb`` label of a contention retry."""
         self.url = url
+        self._name_of = name_of
         self._tracker = tracker or PrimaryTracker(url)
         self._pooled = pooled
         self._synchronous_commit = synchronous_commit
@@ -161,21 +220,11 @@ class Pool:
             raise self.unavailable(e) from e
 
     def _server_settings(self) -> dict[str, str]:
-        if self._pooled:
-            return {"application_name": self._application_name}
-        return {
-            "application_name": self._application_name,
-            # Queue statements are short OLTP; JIT compilation only adds latency.
-            "jit": "off",
-            # Plan each prepared statement once. Custom plans re-plan the claim on
-            # every call (about a third of its cost), and only because a generic
-            # plan cannot see LIMIT $n and over-estimates it; every statement here
-            # is written to get the same index paths in its generic plan (primary
-            # key probes via = ANY, literal LIMITs where they steer the plan; see
-            # bench/CLAIM_EXPLAIN.md).
-            "plan_cache_mode": "force_generic_plan",
-            "synchronous_commit": "on" if self._synchronous_commit else "off",
-        }
+        return session_settings(
+            self._application_name,
+            pooled=self._pooled,
+            synchronous_commit=self._synchronous_commit,
+        )
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
@@ -186,13 +235,37 @@ class Pool:
         except UNAVAILABLE:  # includes TimeoutError: connections that will not close
             pool.terminate()
 
-    async def call(self, op: Callable[[asyncpg.Pool], Awaitable[T]], *, retry: bool = False) -> T:
+    async def call(
+        self, op: Callable[[asyncpg.Pool], Awaitable[T]], *, retry: bool = False, verb: str
+    ) -> T:
         """Run ``op`` on the pool; map connection failures, and a schema that was never
-        migrated, to ``StoreUnavailable``."""
+        migrated, to ``StoreUnavailable``; run it again when the database aborted it for
+        contention (``contended``)."""
         try:
-            return await self._call(op, retry=retry)
+            return await self.contended(lambda: self._call(op, retry=retry), verb=verb)
         except NOT_MIGRATED as e:
             raise self.not_migrated(e) from e
+
+    async def contended(self, attempt: Callable[[], Awaitable[T]], *, verb: str) -> T:
+        """``attempt()``, tried again with a short backoff while the database aborts it for
+        contention (``CONTENTION``): each abort is counted in ``runq_store_retries_total``
+        under ``verb`` and its reason; after ``CONTENTION_ATTEMPTS`` tries the caller gets
+        ``StoreContention``, which every loop of runq retries as it retries an outage. A
+        deadlock is never the database's decision on a run: it is never a failed run nor a
+        dropped completion."""
+        tries = 0
+        while True:
+            try:
+                return await attempt()
+            except CONTENTION_ERRORS as e:
+                tries += 1
+                reason = contention_reason(e)
+                STORE_RETRIES.labels(verb=verb, reason=reason).inc()
+                if tries >= CONTENTION_ATTEMPTS:
+                    raise StoreContention(
+                        f"PostgreSQL aborted {verb} {tries} times ({reason}): {e}"
+                    ) from e
+                await anyio.sleep(CONTENTION_BACKOFF.delay(tries))
 
     async def _call(self, op: Callable[[asyncpg.Pool], Awaitable[T]], *, retry: bool) -> T:
         """Run ``op`` on the pool; map connection failures to ``StoreUnavailable``.
@@ -228,10 +301,12 @@ class Pool:
             await pool.expire_connections()
 
     async def fetch(self, sql: str, *args: Any, retry: bool = False) -> list[asyncpg.Record]:
-        return await self.call(lambda p: p.fetch(sql, *args), retry=retry)
+        return await self.call(lambda p: p.fetch(sql, *args), retry=retry, verb=self._name_of(sql))
 
     async def fetchrow(self, sql: str, *args: Any, retry: bool = False) -> asyncpg.Record | None:
-        return await self.call(lambda p: p.fetchrow(sql, *args), retry=retry)
+        return await self.call(
+            lambda p: p.fetchrow(sql, *args), retry=retry, verb=self._name_of(sql)
+        )
 
     async def fetchone(self, sql: str, *args: Any, retry: bool = False) -> asyncpg.Record:
         """The row of a statement that always returns exactly one (an aggregate, an
@@ -242,11 +317,27 @@ class Pool:
         return row
 
     async def fetchval(self, sql: str, *args: Any, retry: bool = False) -> Any:
-        return await self.call(lambda p: p.fetchval(sql, *args), retry=retry)
+        return await self.call(
+            lambda p: p.fetchval(sql, *args), retry=retry, verb=self._name_of(sql)
+        )
+
+    async def in_transaction(
+        self, body: Callable[[asyncpg.Connection], Awaitable[T]], *, verb: str
+    ) -> T:
+        """``body`` on one connection inside one transaction, connection failures mapped;
+        the whole transaction runs again when the database aborted it for contention, so
+        ``body`` must leave nothing behind but its database writes and its result."""
+
+        async def attempt() -> T:
+            async with self.transaction() as con:
+                return await body(con)
+
+        return await self.contended(attempt, verb=verb)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
-        """One connection inside one transaction, connection failures mapped."""
+        """One connection inside one transaction, connection failures mapped (no retry on
+        contention: ``in_transaction`` retries)."""
         pool = self._live
         try:
             async with pool.acquire() as con, con.transaction():

@@ -34,40 +34,52 @@ class PostgresEvents(PostgresBase):
         batches = [(lease, events) for lease, events in batches if events]
         if not batches:
             return set()
-        sql = self._sql
-        async with self._db.transaction() as con:
-            reserved = await con.fetch(
-                sql.events_reserve_many,
-                worker_id,
-                [lease.run_id for lease, _ in batches],
-                [lease.attempt for lease, _ in batches],
-                [len(events) for _, events in batches],
-            )
-            last = {row["id"]: row["event_seq"] for row in reserved}
-            ids: list[str] = []
-            attempts: list[int] = []
-            seqs: list[int] = []
-            kinds: list[str] = []
-            data: list[bytes | None] = []
-            for lease, events in batches:
-                if lease.run_id not in last:
-                    continue
-                first = last[lease.run_id] - len(events) + 1
-                for seq, kind, sealed in event_rows.sealed_batch(
-                    self._sealer, lease.run_id, first, events
-                ):
-                    ids.append(lease.run_id)
-                    attempts.append(lease.attempt)
-                    seqs.append(seq)
-                    kinds.append(kind)
-                    data.append(sealed)
-            if ids:
-                await con.fetchval(
-                    sql.events_insert_many, ids, attempts, seqs, kinds, data, self.channel
-                )
+        last = await self._db.in_transaction(
+            lambda con: self._append_in(con, worker_id, batches), verb="append_events"
+        )
         for run_id, seq in last.items():
             self._event_seqs.note(run_id, seq)
         return set(last)
+
+    async def _append_in(
+        self,
+        con: asyncpg.Connection,
+        worker_id: str,
+        batches: Sequence[tuple[Lease, Sequence[NewEvent]]],
+    ) -> dict[str, int]:
+        """Reserve the batches' numbers under the fence and insert the events, inside the
+        caller's transaction; each appended run's last number."""
+        sql = self._sql
+        reserved = await con.fetch(
+            sql.events_reserve_many,
+            worker_id,
+            [lease.run_id for lease, _ in batches],
+            [lease.attempt for lease, _ in batches],
+            [len(events) for _, events in batches],
+        )
+        last = {row["id"]: row["event_seq"] for row in reserved}
+        ids: list[str] = []
+        attempts: list[int] = []
+        seqs: list[int] = []
+        kinds: list[str] = []
+        data: list[bytes | None] = []
+        for lease, events in batches:
+            if lease.run_id not in last:
+                continue
+            first = last[lease.run_id] - len(events) + 1
+            for seq, kind, sealed in event_rows.sealed_batch(
+                self._sealer, lease.run_id, first, events
+            ):
+                ids.append(lease.run_id)
+                attempts.append(lease.attempt)
+                seqs.append(seq)
+                kinds.append(kind)
+                data.append(sealed)
+        if ids:
+            await con.fetchval(
+                sql.events_insert_many, ids, attempts, seqs, kinds, data, self.channel
+            )
+        return last
 
     async def list_events(self, run_id: str, *, after: int, limit: int) -> list[RunEvent]:
         found = await self._db.fetch(self._sql.events_list, run_id, after, limit, retry=True)
@@ -115,8 +127,10 @@ async def complete_carrying(
         expected[c.run_id] is not None for c in ordered if c.events
     )
     if not one_statement:
-        async with db.transaction() as con:
-            return await complete_with_events(con, sql, sealer, worker_id, ordered)
+        return await db.in_transaction(
+            lambda con: complete_with_events(con, sql, sealer, worker_id, ordered),
+            verb="events_complete_many",
+        )
     events = _event_columns(sealer, [(c, (expected[c.run_id] or 0) + 1) for c in ordered])
     done = await db.fetch(
         sql.events_complete_one,
@@ -135,8 +149,10 @@ async def complete_carrying(
     # came between); the transaction's fence tells which.
     again = [c for c in ordered if c.events and c.run_id not in applied]
     if again:
-        async with db.transaction() as con:
-            applied |= await complete_with_events(con, sql, sealer, worker_id, again)
+        applied |= await db.in_transaction(
+            lambda con: complete_with_events(con, sql, sealer, worker_id, again),
+            verb="events_complete_many",
+        )
     return applied
 
 
@@ -149,19 +165,19 @@ async def complete_with_events(
 ) -> set[str]:
     """``complete_many`` of a batch in which some completions carry events or a privacy
     trim, inside the caller's transaction: the numbers of the carried events are reserved
-    under the fence (which locks the rows), then one statement completes the batch, inserts
-    the events and trims the stored ones. The ids the completion applied to."""
+    under the fence, which locks every run of the batch in id order (the lock order: the
+    completion after it then waits for no run row), then one statement completes the
+    batch, inserts the events and trims the stored ones. The ids the completion applied
+    to."""
     carrying = [c for c in ordered if c.events]
-    last: dict[str, int] = {}
-    if carrying:
-        reserved = await con.fetch(
-            sql.events_reserve_many,
-            worker_id,
-            [c.run_id for c in carrying],
-            [c.attempt for c in carrying],
-            [len(c.events) for c in carrying],
-        )
-        last = {row["id"]: row["event_seq"] for row in reserved}
+    reserved = await con.fetch(
+        sql.events_reserve_many,
+        worker_id,
+        [c.run_id for c in ordered],
+        [c.attempt for c in ordered],
+        [len(c.events) for c in ordered],
+    )
+    last = {row["id"]: row["event_seq"] for row in reserved}
     # A run missing from ``last`` is fenced off: neither its events nor its completion
     # are written.
     events = _event_columns(

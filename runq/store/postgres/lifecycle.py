@@ -138,7 +138,10 @@ class PostgresLifecycle(PostgresBase):
             if found[0]["fresh"]:
                 return [r for r in found if r["id"] is not None]
         for _ in range(ADMIT_ATTEMPTS):
-            locked = await self._claim_locked(worker_id, slots, rules, deployment_id, run_id)
+            locked = await self._db.contended(
+                lambda: self._claim_locked(worker_id, slots, rules, deployment_id, run_id),
+                verb="claim_locked",
+            )
             if locked is not None:
                 return locked
         return []
@@ -204,18 +207,18 @@ class PostgresLifecycle(PostgresBase):
         return list(found)
 
     async def heartbeat_many(self, worker_id: str, leases: Sequence[Lease]) -> HeartbeatResult:
-        # Sorted by id, so concurrent batches of one worker lock rows in the same order.
-        ordered = sorted(leases, key=lambda le: le.run_id)
-        renewed = await self._db.fetch(
+        found = await self._db.fetch(
             self._sql.heartbeat,
             worker_id,
-            [le.run_id for le in ordered],
-            [le.attempt for le in ordered],
+            [le.run_id for le in leases],
+            [le.attempt for le in leases],
         )
+        renewed = [r for r in found if r["attempt"] is not None]
         return verb_results.heartbeat_result(
             leases,
             {(r["id"], r["attempt"]) for r in renewed},
             (r["id"] for r in renewed if r["cancel_requested"]),
+            busy=(r["id"] for r in found if r["attempt"] is None),
         )
 
     async def complete_many(self, worker_id: str, completions: Sequence[Completion]) -> FenceResult:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import asyncpg
+
 from runq.ids import new_run_id
 from runq.limits import LimitState, Pause, like_pattern, split_running
 from runq.model import BudgetBlock, Lease, QueuedCount, UsageKey, UsageTotals
@@ -42,9 +44,15 @@ class PostgresLimits(PostgresBase):
 
     async def limits_state(self) -> LimitState:
         sql = self._sql
-        async with self._db.transaction() as con:
-            now, _clock, found = clocks_and_running(await con.fetch(sql.running_by_component))
-            stored = await con.fetch(sql.rate_windows_get, self.limits.patterns)
+
+        async def read(con: asyncpg.Connection) -> tuple[list[asyncpg.Record], ...]:
+            return (
+                await con.fetch(sql.running_by_component),
+                await con.fetch(sql.rate_windows_get, self.limits.patterns),
+            )
+
+        running_rows, stored = await self._db.in_transaction(read, verb="limits_state")
+        now, _clock, found = clocks_and_running(running_rows)
         running, keys = split_running(found)
         windows = {r["pattern"]: (r["window_start"], r["used"]) for r in stored}
         return LimitState(now=now, running=running, windows=windows, keys=keys)

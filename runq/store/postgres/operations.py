@@ -110,10 +110,15 @@ class PostgresOperations(ListingVerbs, PostgresBase):
                 total = await con.fetchval(count_sql, *count_args) if count else 0
                 return total, await con.fetch(page_sql, *page_args)
 
-        total, found = await self._db.call(read, retry=True)
+        total, found = await self._db.call(read, retry=True, verb="listing")
         return total, [self._run(r) for r in found]
 
     async def reseal_page(self, *, after_id: str, limit: int) -> tuple[str | None, int]:
+        return await self._db.contended(
+            lambda: self._reseal_page(after_id, limit), verb="reseal_page"
+        )
+
+    async def _reseal_page(self, after_id: str, limit: int) -> tuple[str | None, int]:
         async with self._db.transaction() as con:
             page = await con.fetch(pg_sql.reseal_select(self._sql, limit), after_id)
             if not page:

@@ -51,7 +51,9 @@ class PostgresRuns(PostgresBase):
             new.timeout_seconds,
         )
         if new.unique is not None:
-            return await self._submit_unique(new, args, max_queue_depth)
+            return await self._db.contended(
+                lambda: self._submit_unique(new, args, max_queue_depth), verb="submit_unique"
+            )
         return await self._submit_row(new, args, max_queue_depth, self._db)
 
     async def _submit_row(
@@ -102,15 +104,17 @@ class PostgresRuns(PostgresBase):
             return ids
         # Every payload encoded before any SQL, so a bad value writes nothing.
         encoded = list(map(codec.encoded_payload, news))
+        order = batch.insert_order(news, range(len(news)))
+
+        async def copy(con: asyncpg.Connection) -> None:
+            # One clock for the batch, the transaction's (what the INSERT would use); then
+            # binary COPY straight into the run table: the unique index still refuses a
+            # taken idempotency key for the whole batch.
+            now: float = await con.fetchval(self._sql.now)
+            await RunCopy(con, self.schema, self._sealer, now).write(news, ids, encoded, order)
+
         try:
-            async with self._db.transaction() as con:
-                # One clock for the batch, the transaction's (what the INSERT would use);
-                # then binary COPY straight into the run table: the unique index still
-                # refuses a taken idempotency key for the whole batch.
-                now: float = await con.fetchval(self._sql.now)
-                await RunCopy(con, self.schema, self._sealer, now).write(
-                    news, ids, encoded, range(len(news))
-                )
+            await self._db.in_transaction(copy, verb="submit_many")
         except asyncpg.UniqueViolationError as e:
             raise Conflict(messages.bulk_refused(e)) from e
         return ids
@@ -131,7 +135,10 @@ class PostgresRuns(PostgresBase):
         limits = batch.DepthLimits(max_queue_depth, max_delayed, max_queued_per_user)
         for _ in range(_SUBMIT_ATTEMPTS):
             try:
-                return await self._submit_batch_once(news, ids, encoded, limits)
+                return await self._db.contended(
+                    lambda: self._submit_batch_once(news, ids, encoded, limits),
+                    verb="submit_batch",
+                )
             except asyncpg.UniqueViolationError as e:
                 if (e.constraint_name or "").endswith("_pkey"):
                     raise Conflict(messages.bulk_refused(e)) from e
@@ -157,7 +164,7 @@ class PostgresRuns(PostgresBase):
             # meanwhile (the caller plans again).
             fresh_runs: dict[int, Run] = {}
             values = await RunCopy(con, self.schema, self._sealer, now).write(
-                news, ids, encoded, fresh, runs=fresh_runs
+                news, ids, encoded, batch.insert_order(news, fresh), runs=fresh_runs
             )
             for i in fresh:
                 slot = batch.unique_slot(news[i])

@@ -40,30 +40,39 @@ class PostgresStore(
     """
 
     async def migrate(self) -> int:
-        """Apply pending migrations in one transaction under a per-schema advisory lock."""
+        """Apply pending migrations in one transaction under a per-schema advisory lock;
+        then (when any applied) ``ANALYZE`` every table of the schema, so the planner
+        starts from statistics rather than guesses (new indexes on a table that already
+        holds rows, above all)."""
+        return await self._db.in_transaction(self._migrate_in, verb="migrate")
+
+    async def _migrate_in(self, con: asyncpg.Connection) -> int:
         sql, timeout = self._sql, self._migration_timeout
-        async with self._db.transaction() as con:
-            await con.execute(sql.migrate_lock, self.schema)
-            await con.execute(sql.create_schema, timeout=timeout)
-            await con.execute(sql.create_migrations_table)
-            done = {r["version"] for r in await con.fetch(sql.applied_versions)}
-            applied = 0
-            for m in load_migrations("postgres"):
-                if m.version in done:
-                    continue
-                await con.execute(m.sql.replace("{schema}", self.schema), timeout=timeout)
-                await con.execute(sql.record_migration, m.version, m.name)
-                applied += 1
-            return applied
+        await con.execute(sql.migrate_lock, self.schema)
+        await con.execute(sql.create_schema, timeout=timeout)
+        await con.execute(sql.create_migrations_table)
+        done = {r["version"] for r in await con.fetch(sql.applied_versions)}
+        applied = 0
+        for m in load_migrations("postgres"):
+            if m.version in done:
+                continue
+            await con.execute(m.sql.replace("{schema}", self.schema), timeout=timeout)
+            await con.execute(sql.record_migration, m.version, m.name)
+            applied += 1
+        if applied:
+            await con.execute(sql.analyze_tables, timeout=timeout)
+        return applied
 
     async def check_seal_key(self) -> str | None:
+        return await self._db.in_transaction(self._check_seal_key_in, verb="check_seal_key")
+
+    async def _check_seal_key_in(self, con: asyncpg.Connection) -> str | None:
         mine = self._sealer.sealing_key_id.hex()
-        async with self._db.transaction() as con:
-            recorded: str | None = await con.fetchval(self._sql.seal_check_get)
-            if recorded is not None and not self._sealer.has_key(bytes.fromhex(recorded)):
-                return recorded
-            if recorded != mine:
-                await con.execute(self._sql.seal_check_put, mine)
+        recorded: str | None = await con.fetchval(self._sql.seal_check_get)
+        if recorded is not None and not self._sealer.has_key(bytes.fromhex(recorded)):
+            return recorded
+        if recorded != mine:
+            await con.execute(self._sql.seal_check_put, mine)
         return None
 
     async def schema_is_current(self) -> bool:
@@ -76,4 +85,4 @@ class PostgresStore(
                     return set()
                 return {r["version"] for r in await con.fetch(sql.applied_versions)}
 
-        return wanted <= await self._db.call(read, retry=True)
+        return wanted <= await self._db.call(read, retry=True, verb="schema_is_current")

@@ -8,7 +8,7 @@ clock offset, which only tests set.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from runq.store.postgres.statements.claims import (
     admit_sql,
@@ -42,6 +42,7 @@ __all__ = [
     "Statements",
     "build",
     "build_schedules",
+    "names_of",
     "reseal_select",
 ]
 
@@ -88,6 +89,7 @@ class Statements:
     applied_versions: str
     record_migration: str
     migrations_table_exists: str
+    analyze_tables: str
     register_worker: str
     remove_worker: str
     prune_workers: str
@@ -133,6 +135,11 @@ class Statements:
     events_rotation_update: str
 
 
+def names_of(statements: Statements | ScheduleStatements) -> dict[str, str]:
+    """Each statement text of ``statements`` → its field name (the ``verb`` of a metric)."""
+    return {getattr(statements, f.name): f.name for f in fields(statements)}
+
+
 def _migration_sql(s: str, now: str) -> dict[str, str]:
     """The bookkeeping around the migration scripts (the scripts are package data)."""
     return {
@@ -149,6 +156,20 @@ def _migration_sql(s: str, now: str) -> dict[str, str]:
             INSERT INTO {s}.schema_migrations (version, name, applied_at)
             VALUES ($1, $2, {now})""",
         "migrations_table_exists": f"SELECT to_regclass('{s}.schema_migrations') IS NOT NULL",
+        # Every table of the schema, whichever migration made it (the schema name is a
+        # checked identifier, so it may be spelled into the block).
+        "analyze_tables": f"""
+            DO $analyze$
+            DECLARE t regclass;
+            BEGIN
+                FOR t IN SELECT c.oid::regclass FROM pg_class c
+                         JOIN pg_namespace n ON n.oid = c.relnamespace
+                         WHERE n.nspname = '{s}' AND c.relkind = 'r' ORDER BY c.relname
+                LOOP
+                    EXECUTE format('ANALYZE %s', t);
+                END LOOP;
+            END
+            $analyze$""",
     }
 
 

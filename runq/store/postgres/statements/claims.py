@@ -8,8 +8,14 @@ from runq.store.postgres.statements.fragments import (
     budget_allows,
     claimed_events,
     component_name,
+    locked_in_id_order,
     still_running,
+    unindexed,
 )
+
+#: The status test of a claim by id: the run is reached by its primary key, never by
+#: walking the queued runs of an index (``unindexed``).
+QUEUED_BY_ID = unindexed("r.status = 'queued'")
 
 
 def _claim_filters(s: str, now: str, first: int) -> str:
@@ -86,7 +92,7 @@ def claim_sql(s: str, now: str) -> tuple[str, str, str]:
         ORDER BY m.priority, m.available_at, m.id LIMIT $2"""
     one = f"""
         SELECT r.id FROM {s}.runs r
-        WHERE r.id = $2 AND r.status = 'queued' AND r.deployment_id IN ('', $8) AND {filters}
+        WHERE r.id = $2 AND {QUEUED_BY_ID} AND r.deployment_id IN ('', $8) AND {filters}
         FOR UPDATE SKIP LOCKED"""
     return (
         _claim_update(s, now, plain),
@@ -190,7 +196,7 @@ def limited_claim_sql(s: str, now: str) -> tuple[str, str, str]:
     merged = capped(f"SELECT * FROM ({no_dep}) AS a UNION ALL SELECT * FROM ({ours}) AS b")
     one = capped(
         f"SELECT {columns} FROM {s}.runs r CROSS JOIN LATERAL (SELECT {group} AS i) g "
-        f"WHERE r.id = $2 AND r.status = 'queued' AND r.deployment_id IN ('', $8) "
+        f"WHERE r.id = $2 AND {QUEUED_BY_ID} AND r.deployment_id IN ('', $8) "
         f"AND {filters} AND {has_room} FOR UPDATE OF r SKIP LOCKED"
     ).replace("LIMIT $2", "LIMIT 1")
     return (
@@ -203,8 +209,10 @@ def limited_claim_sql(s: str, now: str) -> tuple[str, str, str]:
 def release_sql(s: str, now: str) -> str:
     """Give claimed runs back (fenced on the lease the claim took): queued again with the
     attempt restored, the reason recorded in ``error`` when not NULL. $1 worker, $2 ids,
-    $3 attempts, $4 reasons."""
+    $3 attempts, $4 reasons. The rows are locked in id order first (lock order)."""
+    mine = f"r.locked_by = $1 AND {still_running('r')}"
     return f"""
+        WITH locked AS MATERIALIZED ({locked_in_id_order(s, "$2::text[]", mine)})
         UPDATE {s}.runs AS r SET
             status = 'queued', attempt = r.attempt - 1,
             started_at = CASE WHEN r.attempt = 1 THEN NULL ELSE r.started_at END,
@@ -212,7 +220,7 @@ def release_sql(s: str, now: str) -> str:
             locked_by = NULL, locked_at = NULL
         FROM unnest($2::text[], $3::int[], $4::text[]) AS v(id, attempt, reason)
         WHERE r.id = v.id AND r.attempt = v.attempt AND r.locked_by = $1
-          AND {still_running("r")}"""
+          AND {still_running("r")} AND r.id = ANY(ARRAY(SELECT id FROM locked))"""
 
 
 #: How starts are added to a pattern's window row (``w``, the stored row; ``EXCLUDED``, the
@@ -334,7 +342,7 @@ def admit_sql(s: str, now: str) -> tuple[str, str, str]:
     merged = statement(f"SELECT * FROM ({no_dep}) AS a UNION ALL SELECT * FROM ({ours}) AS b", "$2")
     one = statement(
         f"SELECT {columns} FROM {s}.runs r CROSS JOIN LATERAL (SELECT {group('r')} AS i) g "
-        f"WHERE r.id = $2 AND r.status = 'queued' AND r.deployment_id IN ('', $8) "
+        f"WHERE r.id = $2 AND {QUEUED_BY_ID} AND r.deployment_id IN ('', $8) "
         f"AND {filters} AND {has_room} FOR UPDATE OF r SKIP LOCKED",
         "1",
     )

@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
-from runq.store.postgres.statements.fragments import still_running
+from runq.store.postgres.statements.fragments import locked_in_id_order, still_running
 from runq.store.postgres.statements.operations import completion
 from runq.store.statements import fenced
+
+
+def _events_in_order(s: str, where: str) -> str:
+    """The event rows passing ``where`` locked in (run_id, seq) order, the order every
+    statement that waits for several event rows takes them in (lock order), as a
+    MATERIALIZED CTE ``locked`` the write names by primary key."""
+    return f"""
+            WITH locked AS MATERIALIZED (
+                SELECT run_id, seq FROM {s}.run_events WHERE {where}
+                ORDER BY run_id, seq FOR NO KEY UPDATE
+            )"""
+
+
+def _in_locked(alias: str = "") -> str:
+    p = f"{alias}." if alias else ""
+    return f"({p}run_id, {p}seq) IN (SELECT run_id, seq FROM locked)"
 
 
 def events_sql(s: str, now: str) -> dict[str, str]:
@@ -14,20 +30,20 @@ def events_sql(s: str, now: str) -> dict[str, str]:
     row lock orders it with every other writer of the run), then inserts the sealed rows in
     the same transaction."""
     fenced("append_events")
+    fenced_lease = f"""r.locked_by = $1 AND {still_running("r")}
+                AND EXISTS (SELECT 1 FROM v WHERE v.id = r.id AND v.attempt = r.attempt)"""
     return {
         # $1 worker, then ids, attempts, counts. Rows are locked in id order, so two batches
-        # never wait on each other crosswise. Returns each run's last number reserved.
+        # never wait on each other crosswise; every listed run is locked, and those with a
+        # count above 0 move (a completion batch locks all its runs here first, the ones
+        # carrying no events with 0). Returns each moved run's last number reserved.
         "events_reserve_many": f"""
-            WITH v AS (
+            WITH v AS MATERIALIZED (
                 SELECT * FROM unnest($2::text[], $3::int[], $4::bigint[]) AS v(id, attempt, n)
             ),
-            locked AS MATERIALIZED (
-                SELECT r.id FROM {s}.runs r JOIN v ON r.id = v.id AND r.attempt = v.attempt
-                WHERE r.locked_by = $1 AND {still_running("r")}
-                ORDER BY r.id FOR NO KEY UPDATE OF r
-            )
+            locked AS MATERIALIZED ({locked_in_id_order(s, "$2::text[]", fenced_lease)})
             UPDATE {s}.runs AS r SET event_seq = r.event_seq + v.n
-            FROM v WHERE r.id = v.id AND r.id = ANY(ARRAY(SELECT id FROM locked))
+            FROM v WHERE r.id = v.id AND v.n > 0 AND r.id = ANY(ARRAY(SELECT id FROM locked))
             RETURNING r.id, r.event_seq""",
         # run ids, attempts, seqs, kinds, sealed data; $6 the NOTIFY channel: one
         # notification per run, naming its last seq.
@@ -98,9 +114,13 @@ def events_sql(s: str, now: str) -> dict[str, str]:
             )""",
         ),
         # Level none, after the completion (its `completed` row included).
-        "events_wipe_many": f"""
+        "events_wipe_many": f"""{
+            _events_in_order(
+                s, "run_id = ANY($1::text[]) AND (data IS NOT NULL OR info IS NOT NULL)"
+            )
+        }
             UPDATE {s}.run_events SET data = NULL, info = NULL
-            WHERE run_id = ANY($1::text[]) AND (data IS NOT NULL OR info IS NOT NULL)""",
+            WHERE run_id = ANY($1::text[]) AND {_in_locked()}""",
         # What the runs of a completion batch stored (redacted in the same transaction).
         "events_sealed_many": f"""
             SELECT run_id, seq, data FROM {s}.run_events
@@ -129,15 +149,20 @@ def events_sql(s: str, now: str) -> dict[str, str]:
             (SELECT seq, attempt, at, kind, info::text AS info, data FROM {s}.run_events
              WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3)
             ORDER BY seq LIMIT $3""",
-        # $2: drop lifecycle details too (level none).
-        "events_trim": f"""
+        # $2: drop lifecycle details too (level none). A trim holds no run row, so its event
+        # rows are taken in order (a key rotation may hold some of them).
+        "events_trim": f"""{
+            _events_in_order(
+                s, "run_id = $1 AND (data IS NOT NULL OR ($2::bool AND info IS NOT NULL))"
+            )
+        }
             UPDATE {s}.run_events SET data = NULL, info = CASE WHEN $2::bool THEN NULL ELSE info END
-            WHERE run_id = $1 AND (data IS NOT NULL OR ($2::bool AND info IS NOT NULL))""",
+            WHERE run_id = $1 AND {_in_locked()}""",
         "events_sealed": f"""
             SELECT seq, data FROM {s}.run_events WHERE run_id = $1 AND data IS NOT NULL
             ORDER BY seq""",
-        "events_reseal": f"""
+        "events_reseal": f"""{_events_in_order(s, "run_id = $1 AND seq = ANY($2::bigint[])")}
             UPDATE {s}.run_events AS e SET data = v.data
             FROM unnest($2::bigint[], $3::bytea[]) AS v(seq, data)
-            WHERE e.run_id = $1 AND e.seq = v.seq""",
+            WHERE e.run_id = $1 AND e.seq = v.seq AND {_in_locked("e")}""",
     }

@@ -12,17 +12,44 @@ ACTIVE_LIST = status_list(ACTIVE_STATUSES)  # must imply runs_session_active_idx
 RUNNING_STATUS = "'running'"
 
 
-def still_running(alias: str = "") -> str:
-    """The ``status = 'running'`` part of a fence, written so no index can serve it.
+def unindexed(condition: str) -> str:
+    """``condition`` written so no index can serve it (nor imply a partial index's
+    predicate): ``IS TRUE`` is the same test on NOT NULL columns but is no index qual.
 
-    A fenced write names its row by primary key. Left as a plain comparison, the planner
-    may prefer runs_status_created_idx whenever statistics say few runs are running (right
-    after a bulk load, say) and then walk every running entry, dead versions included,
-    for each write. ``IS TRUE`` is the same test on a NOT NULL column but is no index
-    qual, so the primary key is always the path.
+    A statement that names its row by primary key must reach it through the primary key.
+    Left as a plain comparison, a status test offers the planner runs_status_created_idx
+    (and the partial indexes keyed on a status), which walk every run of that status; on
+    an empty table, where a cached generic plan may be made, every path costs the same and
+    the planner may take that walk for the life of the connection.
     """
+    return f"({condition}) IS TRUE"
+
+
+def still_running(alias: str = "") -> str:
+    """The ``status = 'running'`` part of a fence, written so no index can serve it
+    (``unindexed``): a fenced write is always a primary key probe."""
     p = f"{alias}." if alias else ""
-    return f"({p}status = 'running') IS TRUE"
+    return unindexed(f"{p}status = 'running'")
+
+
+def locked_in_id_order(s: str, ids: str, where: str, *, skip_locked: bool = False) -> str:
+    """The ids of ``ids`` (a text[] expression) whose rows pass ``where`` (over alias
+    ``r``), row-locked in id order: the one order every runq statement that waits for
+    several run rows takes them in, so two of them never wait for each other crosswise
+    (see docs/INTERNALS.md, "Lock order"). The rows are probed by primary key, and the
+    locks are taken by the sort's consumer, so in id order whatever order the probes
+    return. FOR UPDATE rechecks ``where`` on the newest version of a row changed since
+    the statement's snapshot. ``skip_locked``: a row another transaction holds is left
+    out instead of waited for (who never waits takes no part in a cycle).
+
+    Meant as a MATERIALIZED CTE the write then names with ``id = ANY(ARRAY(SELECT id FROM
+    ...))``: an InitPlan, so every lock is taken before the write touches its first row.
+    """
+    skip = " SKIP LOCKED" if skip_locked else ""
+    return f"""
+            SELECT r.id FROM {s}.runs r
+            WHERE r.id = ANY({ids}) AND {where}
+            ORDER BY r.id FOR NO KEY UPDATE OF r{skip}"""
 
 
 def clock_expr(offset: float) -> str:

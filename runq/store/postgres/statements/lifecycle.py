@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runq.store.postgres.statements.fragments import RUNNING_STATUS
+from runq.store.postgres.statements.fragments import RUNNING_STATUS, unindexed
 from runq.store.statements import sources_of, target_of
 
 
@@ -25,14 +25,14 @@ def lifecycle_sql(s: str, now: str) -> dict[str, str]:
                 resume_state = CASE WHEN status IN ({cancel_src})
                     THEN NULL ELSE resume_state END,
                 decision = CASE WHEN status IN ({cancel_src}) THEN NULL ELSE decision END
-            WHERE id = $1 AND status IN ({cancel_src}, {RUNNING_STATUS})
+            WHERE id = $1 AND {unindexed(f"status IN ({cancel_src}, {RUNNING_STATUS})")}
             RETURNING *""",
         "continue_": f"""
             UPDATE {s}.runs SET
                 status = {target_of("continue")}, decision = $2,
                 max_attempts = GREATEST(max_attempts, attempt + 1),
                 available_at = {now}, continued_at = {now}, updated_at = {now}
-            WHERE id = $1 AND (status = 'paused') IS TRUE  -- by primary key, see _still_running
+            WHERE id = $1 AND {unindexed("status = 'paused'")}
             RETURNING *""",
         "requeue": f"""
             UPDATE {s}.runs SET
@@ -41,7 +41,7 @@ def lifecycle_sql(s: str, now: str) -> dict[str, str]:
                 completed_at = NULL, locked_by = NULL, locked_at = NULL,
                 non_idempotent = false,
                 cancel_requested = CASE WHEN $2::bool THEN false ELSE cancel_requested END
-            WHERE id = $1 AND status IN ({requeue_src})
+            WHERE id = $1 AND {unindexed(f"status IN ({requeue_src})")}
               AND ($3::bool OR status <> 'failed' OR completed_at IS NULL
                    OR completed_at <= {now} - $4::float8)
             RETURNING *""",

@@ -74,22 +74,35 @@ def limits_sql(s: str, now: str) -> dict[str, str]:
 
 
 def usage_sql(s: str) -> dict[str, str]:
+    # Counter rows are upserted in key order, so two writers of the same counters wait for
+    # each other in one order (lock order).
     upsert = f"""
         INSERT INTO {s}.budget_usage AS b (scope, subject, period_start, cost, tokens, runs)
         SELECT k.scope, k.subject, k.period_start, {{cost}}, {{tokens}}, {{runs}}
         FROM unnest($1::text[], $2::text[], $3::float8[]) AS k(scope, subject, period_start)
+        WHERE {{after}}
+        ORDER BY k.scope, k.subject, k.period_start
         ON CONFLICT (scope, subject, period_start) DO UPDATE SET
             cost = b.cost + excluded.cost, tokens = b.tokens + excluded.tokens,
             runs = b.runs + excluded.runs"""
     return {
         # Unfenced on purpose: the money was spent whether or not the lease still holds.
+        # The run row first, then the counters (lock order): the count over ``r`` is an
+        # InitPlan of the insert's filter, so the UPDATE has run before the first upsert.
         "record_usage": f"""
             WITH r AS (
                 UPDATE {s}.runs SET tokens = tokens + $4::bigint, cost = cost + $5::float8
-                WHERE id = $6
+                WHERE id = $6 RETURNING 1
             )
-            {upsert.format(cost="$5::float8", tokens="$4::bigint", runs="0")}""",
-        "count_claimed_run": upsert.format(cost="0", tokens="0", runs="1"),
+            {
+            upsert.format(
+                cost="$5::float8",
+                tokens="$4::bigint",
+                runs="0",
+                after="(SELECT count(*) FROM r) >= 0",
+            )
+        }""",
+        "count_claimed_run": upsert.format(cost="0", tokens="0", runs="1", after="true"),
         "usage_totals": f"""
             SELECT k.scope, k.subject, k.period_start, b.cost, b.tokens, b.runs
             FROM unnest($1::text[], $2::text[], $3::float8[]) AS k(scope, subject, period_start)

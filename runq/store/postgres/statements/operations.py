@@ -10,6 +10,7 @@ from runq.store.postgres.statements.fragments import (
     completed_events,
     completed_ids,
     fenced_where,
+    locked_in_id_order,
     still_running,
 )
 from runq.store.statements import (
@@ -93,7 +94,8 @@ def complete_update(s: str, now: str, *, numbered: bool = False) -> str:
     ``completed`` events; it returns what they need. ``numbered``: $6 each run's expected
     ``event_seq`` and $7 how many events it carries; a run carrying events completes only at
     that ``event_seq`` and moves it past them and its ``completed`` event. Moving
-    ``event_seq`` keeps the transition trigger out (migration 0014)."""
+    ``event_seq`` keeps the transition trigger out (migration 0014). The rows are those
+    ``completion`` locked in id order (CTE ``locked``)."""
     seq_set, seq_columns, seq_types, seq_check = "event_seq = r.event_seq + 1", "", "", ""
     if numbered:
         seq_set = "event_seq = r.event_seq + v.n + 1"
@@ -108,31 +110,65 @@ def complete_update(s: str, now: str, *, numbered: bool = False) -> str:
                 AS v(id, attempt, answer, reason{seq_columns})
             WHERE r.id = v.id AND r.attempt = v.attempt AND r.locked_by = $1
               AND {still_running("r")}{seq_check}
+              AND r.id = ANY(ARRAY(SELECT id FROM locked))
             RETURNING r.id, r.event_seq, r.attempt, r.updated_at, r.termination_reason, r.error"""
 
 
 def completion(s: str, now: str, *, numbered: bool = False, also: str = "") -> str:
-    """A whole completion statement: ``complete_update`` as ``done``, its ``completed``
-    events, the CTEs in ``also`` (each ``, name AS (...)``), and the ids it applied to."""
+    """A whole completion statement: the batch's rows locked in id order (a completion
+    waits for a row another transaction holds: it must be decided, not skipped), then
+    ``complete_update`` as ``done``, its ``completed`` events, the CTEs in ``also`` (each
+    ``, name AS (...)``), and the ids it applied to. Event rows it writes belong to runs
+    it holds.
+
+    Plan: generic, every run row probed by primary key (measured by
+    tests/store/test_pg_plans.py)."""
+    mine = f"r.locked_by = $1 AND {still_running('r')}"
     return f"""
-            WITH done AS ({complete_update(s, now, numbered=numbered)}),
+            WITH locked AS MATERIALIZED ({locked_in_id_order(s, "$2::text[]", mine)}),
+            done AS ({complete_update(s, now, numbered=numbered)}),
             logged AS ({completed_events(s, "done")}){also}
             {completed_ids(s, "done")}"""
+
+
+def heartbeat_sql(s: str, now: str) -> str:
+    """Renew a worker's leases: $1 worker, $2 ids, $3 attempts.
+
+    A heartbeat never waits for a run row: rows are locked in id order with SKIP LOCKED, so
+    a row another transaction holds (this worker's own completion of the run, the reaper,
+    an operator's cancel) is not renewed this time (a run being settled needs no renewal)
+    instead of waiting, which is what let a heartbeat and a completion of the same worker
+    deadlock. Such a lease is neither renewed nor lost: ``held`` (the leases as the
+    statement's snapshot sees them) minus ``locked`` comes back with a NULL attempt, and
+    the next heartbeat tells. The workers row is refreshed in the same round trip (a
+    data-modifying CTE always runs, referenced or not).
+
+    Plan: generic, every run row probed by primary key (measured by
+    tests/store/test_pg_plans.py).
+    """
+    ours = f"""r.locked_by = $1 AND {still_running("r")}
+              AND EXISTS (SELECT 1 FROM v WHERE v.id = r.id AND v.attempt = r.attempt)"""
+    return f"""
+        WITH w AS (UPDATE {s}.workers SET last_seen_at = {now} WHERE id = $1),
+        v AS MATERIALIZED (SELECT * FROM unnest($2::text[], $3::int[]) AS v(id, attempt)),
+        held AS MATERIALIZED (
+            SELECT r.id FROM {s}.runs r WHERE r.id = ANY($2::text[]) AND {ours}),
+        locked AS MATERIALIZED ({locked_in_id_order(s, "$2::text[]", ours, skip_locked=True)}),
+        renewed AS (
+            UPDATE {s}.runs AS r SET locked_at = {now}
+            WHERE r.id = ANY(ARRAY(SELECT id FROM locked))
+            RETURNING r.id, r.attempt, r.cancel_requested)
+        SELECT id, attempt, cancel_requested FROM renewed
+        UNION ALL
+        SELECT h.id, NULL, NULL FROM held h
+        WHERE NOT EXISTS (SELECT 1 FROM locked l WHERE l.id = h.id)"""
 
 
 def worker_sql(s: str, now: str) -> dict[str, str]:
     """Lease-holder verbs: heartbeat, completion, failure, pause, cancel settlement."""
     retry = "($4::bool AND attempt < max_attempts AND NOT non_idempotent)"
     return {
-        # The workers row is refreshed in the same round trip (a data-modifying CTE always
-        # runs, referenced or not).
-        "heartbeat": f"""
-            WITH w AS (UPDATE {s}.workers SET last_seen_at = {now} WHERE id = $1)
-            UPDATE {s}.runs AS r SET locked_at = {now}
-            FROM unnest($2::text[], $3::int[]) AS v(id, attempt)
-            WHERE r.id = v.id AND r.attempt = v.attempt AND r.locked_by = $1
-              AND {still_running("r")}
-            RETURNING r.id, r.attempt, r.cancel_requested""",
+        "heartbeat": heartbeat_sql(s, now),
         "complete": completion(s, now),
         # $4 retryable, $5 retry delay, $6 error, $7 sealed error detail. SET sees the old
         # row, so every CASE judges the run as it was before this failure.
@@ -238,9 +274,15 @@ def maintenance_sql(s: str, now: str) -> dict[str, str]:
                 deployment_id = excluded.deployment_id, last_seen_at = excluded.last_seen_at,
                 settings = excluded.settings""",
         "remove_worker": f"DELETE FROM {s}.workers WHERE id = $1",
+        # Skips a row another transaction holds (a late heartbeat of that worker): never
+        # waits, so two replicas pruning at once never deadlock.
         "prune_workers": f"""
-            WITH d AS (DELETE FROM {s}.workers WHERE last_seen_at < {now} - $1::float8
-                       RETURNING 1)
+            WITH gone AS MATERIALIZED (
+                SELECT id FROM {s}.workers WHERE last_seen_at < {now} - $1::float8
+                ORDER BY id FOR UPDATE SKIP LOCKED
+            ), d AS (
+                DELETE FROM {s}.workers WHERE id = ANY(ARRAY(SELECT id FROM gone)) RETURNING 1
+            )
             SELECT count(*) FROM d""",
         "list_workers": f"""
             SELECT * FROM {s}.workers WHERE last_seen_at >= {now} - $1::float8

@@ -75,11 +75,12 @@ def build_schedules(schema: str, offset: float) -> ScheduleStatements:
     s, now = schema, clock_expr(offset)
     return ScheduleStatements(
         # A schedule seen for the first time starts counting its slots from now, so a new
-        # schedule never fires for the past. $1 names.
+        # schedule never fires for the past. $1 names, inserted in name order (two replicas
+        # starting together wait for each other's new rows in one order).
         schedule_states=f"""
             WITH ins AS (
                 INSERT INTO {s}.schedules (name, cursor_at, updated_at)
-                SELECT n, {now}, {now} FROM unnest($1::text[]) AS n
+                SELECT n, {now}, {now} FROM unnest($1::text[]) AS n ORDER BY n
                 ON CONFLICT (name) DO NOTHING
                 RETURNING *
             )
