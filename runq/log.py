@@ -93,8 +93,30 @@ def _timestamp(record: logging.LogRecord) -> str:
     return f"{_second[1]}.{int(record.msecs):03d}Z"
 
 
+def _traceback(record: logging.LogRecord, tracebacks_from: int) -> str | None:
+    """The record's traceback when its level shows one (ERROR and worse; everything with
+    ``--debug``): a warning is one line an operator reads, not a stack."""
+    if not record.exc_info or record.levelno < tracebacks_from:
+        return None
+    return "".join(traceback.format_exception(*record.exc_info)).rstrip()
+
+
+def _exception_line(record: logging.LogRecord) -> str | None:
+    """What a record's exception says in one line, for a level that shows no traceback."""
+    if not record.exc_info or record.exc_info[1] is None:
+        return None
+    error = record.exc_info[1]
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
 class JsonFormatter(logging.Formatter):
-    """``{"ts", "level", "logger", "event", ...fields, "exc"?}`` on one line."""
+    """``{"ts", "level", "logger", "event", ...fields, "exc"?}`` on one line. ``exc``, the
+    traceback, only from ``tracebacks_from`` up; below it, the exception's own line is the
+    ``error`` field (unless the record has one)."""
+
+    def __init__(self, tracebacks_from: int = logging.ERROR) -> None:
+        super().__init__()
+        self.tracebacks_from = tracebacks_from
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
@@ -104,8 +126,11 @@ class JsonFormatter(logging.Formatter):
             "event": record.getMessage(),
         }
         line.update(_fields_of(record))
-        if record.exc_info:
-            line["exc"] = "".join(traceback.format_exception(*record.exc_info)).rstrip()
+        stack = _traceback(record, self.tracebacks_from)
+        if stack is not None:
+            line["exc"] = stack
+        elif "error" not in line and (summary := _exception_line(record)) is not None:
+            line["error"] = summary
         try:
             return _encoder.encode(line).decode()
         except (TypeError, msgspec.EncodeError):
@@ -113,15 +138,26 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
-    """``ts LEVEL logger event key=value ...`` for a human at a terminal."""
+    """``ts LEVEL logger event key=value ...`` for a human at a terminal; tracebacks as
+    ``JsonFormatter`` shows them."""
+
+    def __init__(self, tracebacks_from: int = logging.ERROR) -> None:
+        super().__init__()
+        self.tracebacks_from = tracebacks_from
 
     def format(self, record: logging.LogRecord) -> str:
-        pairs = " ".join(f"{k}={v}" for k, v in _fields_of(record).items())
+        fields = _fields_of(record)
+        stack = _traceback(record, self.tracebacks_from)
+        if stack is None and "error" not in fields:
+            summary = _exception_line(record)
+            if summary is not None:
+                fields["error"] = summary
+        pairs = " ".join(f"{k}={v}" for k, v in fields.items())
         text = f"{_timestamp(record)} {record.levelname:<7} {record.name} {record.getMessage()}"
         if pairs:
             text += " " + pairs
-        if record.exc_info:
-            text += "\n" + "".join(traceback.format_exception(*record.exc_info)).rstrip()
+        if stack is not None:
+            text += "\n" + stack
         return text
 
 
@@ -184,10 +220,14 @@ def configure_logging(
     fmt: LogFormat = "auto", *, debug: bool = False, level: int = logging.INFO
 ) -> None:
     """Install one stderr handler on the root logger (replacing earlier ones).
-    ``debug`` lowers the level to DEBUG for runq and its libraries alike."""
+    ``debug`` lowers the level to DEBUG for runq and its libraries alike, and shows the
+    traceback of every record that has one (without it, only from ERROR up)."""
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     handler = BatchingStreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if use_json else TextFormatter())
+    tracebacks_from = logging.DEBUG if debug else logging.ERROR
+    handler.setFormatter(
+        JsonFormatter(tracebacks_from) if use_json else TextFormatter(tracebacks_from)
+    )
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -131,6 +131,14 @@ class OutageLog:
         seconds, self._down_since = self._clock() - self._down_since, None
         log.warning("store.reachable", source=source, outage_seconds=round(seconds, 1))
 
+    def trouble(self, source: str, event: str, error: BaseException, **fields: object) -> None:
+        """A one-off failure outside any loop (an exporter refresh, a give-back): part of
+        the outage when the store is away, else a warning under ``event``."""
+        if is_outage(error):
+            self.unreachable(source, error)
+            return
+        log.warning(event, error=_error_text(error), **fields)
+
     def failed(
         self, retry: Retry, error: BaseException, delay: float, fields: dict[str, object]
     ) -> None:

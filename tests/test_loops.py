@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
-from runq.errors import StoreUnavailable
-from runq.loops import Backoff, Retry, run_periodically
+from runq.errors import StoreContention, StoreUnavailable
+from runq.loops import Backoff, OutageLog, Retry, run_periodically
 
 pytestmark = [pytest.mark.anyio]
 
@@ -70,3 +72,67 @@ async def test_a_loop_waits_its_interval_after_a_pass_and_its_backoff_after_a_fa
     assert waits[0] == 1.0
     assert 0.125 <= waits[1] <= 0.25
     assert waits[2:] == [2.0]
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[tuple[str, dict[str, object]]]:
+    return [
+        (r.getMessage(), dict(getattr(r, "runq_fields", {})))
+        for r in caplog.records
+        if r.levelno >= logging.WARNING
+    ]
+
+
+def test_an_outage_is_two_warnings_however_many_loops_notice_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = [100.0]
+    outage = OutageLog(clock=lambda: now[0])
+    loops = [
+        Retry(Backoff(0.1, 1.0), metric=name, event=f"{name}.pass_failed", observer=outage)
+        for name in ("reaper", "heartbeat", "claimer")
+    ]
+    caplog.set_level(logging.DEBUG, logger="runq.loops")
+    for _ in range(20):  # every loop fails again and again while the database is away
+        for retry in loops:
+            retry.failed(StoreUnavailable("PostgreSQL at db is unavailable: refused"))
+    now[0] = 112.5
+    for retry in loops:
+        retry.succeeded()
+    assert _warnings(caplog) == [
+        (
+            "store.unreachable",
+            {"source": "reaper", "error": "PostgreSQL at db is unavailable: refused"},
+        ),
+        ("store.reachable", {"source": "reaper", "outage_seconds": 12.5}),
+    ]
+    assert not outage.down
+
+
+def test_a_failure_that_is_no_outage_is_a_warning_logged_with_backoff(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    outage = OutageLog()
+    retry = Retry(Backoff(0.1, 1.0), metric=None, event="claim.failed", observer=outage)
+    caplog.set_level(logging.INFO, logger="runq.loops")
+    for _ in range(9):
+        retry.failed(ValueError("a bug"))
+    retry.failed(StoreContention("PostgreSQL aborted claim 5 times (deadlock)"))
+    failures = [fields["failures"] for event, fields in _warnings(caplog)]
+    assert failures == [1, 2, 4, 8]  # the 10th (a contention, no outage) is not a power of 2
+    assert not outage.down  # a contention is the database answering
+
+
+def test_a_one_off_failure_joins_the_outage_or_warns_on_its_own(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    outage = OutageLog()
+    caplog.set_level(logging.INFO, logger="runq.loops")
+    outage.trouble("exporter", "exporter.refresh_failed", ValueError("bad row"))
+    outage.trouble("exporter", "exporter.refresh_failed", OSError("connection refused"))
+    outage.trouble("exporter", "exporter.refresh_failed", OSError("connection refused"))
+    outage.reachable("exporter")
+    assert [event for event, _ in _warnings(caplog)] == [
+        "exporter.refresh_failed",
+        "store.unreachable",
+        "store.reachable",
+    ]

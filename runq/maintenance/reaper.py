@@ -96,6 +96,15 @@ class Reaper:
                 requeued_ids=report.requeued_ids,
                 dead_lettered_ids=report.dead_lettered_ids,
             )
+        for run_id in report.requeued_ids:
+            # Work its handler did may be done again: the operator hears of each one.
+            log.warning(
+                "run.executing_again",
+                run_id=run_id,
+                reason="lease_expired",
+                detail="its worker stopped renewing the lease; queued again, and what its "
+                "handler did may be done a second time",
+            )
         if report.requeued and self.on_requeued is not None:
             self.on_requeued()
         await self._trim_events(report.dead_lettered_ids)

@@ -18,6 +18,7 @@ from runq.config import FLEET_SETTINGS, BudgetConfig, Config
 from runq.limits.budget import BudgetGate
 from runq.limits.waits import held_counts
 from runq.log import get_logger
+from runq.loops import OUTAGE_LOG
 from runq.metrics import (
     EXPIRED_LEASES,
     FLEET_SETTINGS_DIVERGENT,
@@ -89,14 +90,15 @@ class Exporter:
                 )
             except Exception as e:
                 STORE_ERRORS.labels(service="exporter").inc()
-                log.warning("exporter.refresh_failed", error=str(e) or type(e).__name__)
+                OUTAGE_LOG.trouble("exporter", "exporter.refresh_failed", e)
                 return
+            OUTAGE_LOG.reachable("exporter")
             self._apply(health)
             try:
                 await self._refresh_limits()
             except Exception as e:
                 STORE_ERRORS.labels(service="exporter").inc()
-                log.warning("exporter.limits_refresh_failed", error=str(e) or type(e).__name__)
+                OUTAGE_LOG.trouble("exporter", "exporter.limits_refresh_failed", e)
             self._refreshed_at = time.monotonic()
 
     async def _refresh_limits(self) -> None:

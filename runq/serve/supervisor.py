@@ -253,6 +253,7 @@ class Supervisor:
         for execution in stragglers:
             log.warning(
                 "run.straggler_cancelled",
+                reason="shutdown",
                 run_id=execution.run.id,
                 attempt=execution.run.attempt,
                 worker_id=self.runtime.worker_id,

@@ -254,6 +254,7 @@ class Claimer:
             await self.store.give_back(self.runtime.worker_id, [ex.lease for ex in executions])
         except Exception as e:
             STORE_ERRORS.labels(service="claimer").inc()
+            # Always a warning: a give-back whose answer was lost may repeat an attempt.
             log.warning(
                 "claim.give_back_failed", runs=len(executions), error=str(e) or type(e).__name__
             )

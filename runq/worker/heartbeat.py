@@ -6,7 +6,8 @@ must not be reaped by a peer). Each pass also refreshes the worker's ``last_seen
 A lease the store reports lost stops that execution (its writes would be fenced off),
 unless the execution's completion is already handed in: a batched completion that committed
 just before the heartbeat's statement looks like a lost lease, and its fenced write reports
-a real loss anyway;
+a real loss anyway. A lease whose row another transaction held (``busy``: the heartbeat
+never waits for a run row) is neither renewed nor lost; the next pass tells;
 a cancel requested meanwhile stops it too, at once rather than at its next checkpoint.
 """
 
@@ -62,8 +63,9 @@ class Heartbeat:
         result = await self.store.heartbeat_many(self.worker_id, leases)
         lost = [le for le in result.lost if not self.inflight.settling(le.run_id, le.attempt)]
         for lease in lost:
+            # The execution's settle writes the one warning (run.lease_lost).
             if self.inflight.interrupt(lease.run_id, Interrupt.LEASE_LOST, lease.attempt):
-                log.warning(
+                log.info(
                     "lease.lost",
                     run_id=lease.run_id,
                     attempt=lease.attempt,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from runq.config import WORKER_PRUNE_INTERVAL_SECONDS, WORKER_ROW_MAX_AGE_SECONDS, Config
 from runq.log import get_logger
+from runq.loops import OUTAGE_LOG
 from runq.model import WorkerInfo
 from runq.store.base import Store
 
@@ -89,7 +90,7 @@ class WorkerRegistry:
         try:
             workers = await self.store.list_workers(max_age_seconds=self.config.live_worker_seconds)
         except Exception as e:
-            log.warning("worker.peer_settings_unread", error=str(e) or type(e).__name__)
+            OUTAGE_LOG.trouble("workers", "worker.peer_settings_unread", e)
             return
         longer = {
             w.id: w.settings["lock_grace_seconds"]

@@ -176,7 +176,13 @@ class Settler:
         if reason is Interrupt.SHUTDOWN:
             return await self._fail(ex, SHUTDOWN_ERROR, retryable=True, delay=0.0)
         LEASES_LOST.inc()
-        log.warning("run.lease_lost", **self._fields(ex.run))
+        log.warning(
+            "run.lease_lost",
+            reason="lease_lost",
+            detail="the lease went to the reaper or another worker: this execution stops, "
+            "and the run executes again unless it was settled",
+            **self._fields(ex.run),
+        )
         return Outcome("lost", applied=False)
 
     async def _settle_raised(self, ex: Execution, error: BaseException) -> Outcome:
@@ -252,7 +258,14 @@ class Settler:
 
     def _fenced(self, ex: Execution, verb: str) -> Outcome:
         FENCED_WRITES.labels(verb=verb).inc()
-        log.warning("run.write_fenced", verb=verb, **self._fields(ex.run))
+        log.warning(
+            "run.write_fenced",
+            verb=verb,
+            reason="lease_lost",
+            detail="the run's outcome was discarded: its lease was lost before the write "
+            "landed, so the run executes again unless it was settled",
+            **self._fields(ex.run),
+        )
         return Outcome("lost", applied=False)
 
     async def _completion(

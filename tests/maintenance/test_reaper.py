@@ -4,6 +4,7 @@ resumes only one lock grace after the database answers again."""
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 from typing import Any
 
@@ -61,6 +62,24 @@ async def test_a_pass_settles_stale_runs_wakes_claimers_and_trims_the_dead_lette
     assert (report.requeued, report.dead_lettered) == (1, 1)
     assert woken == [1]
     assert store.trimmed == ["b"]  # a settled run's events are trimmed as at any settle
+
+
+async def test_each_run_about_to_execute_again_is_one_warning(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = FakeStore()
+    store.reaps.append(ReapReport(requeued=2, requeued_ids=["a", "c"]))
+    caplog.set_level(logging.INFO, logger="runq.maintenance.reaper")
+    await reaper(store).run_once()
+    again = [
+        getattr(r, "runq_fields", {})
+        for r in caplog.records
+        if r.levelno == logging.WARNING and r.getMessage() == "run.executing_again"
+    ]
+    assert [(w["run_id"], w["reason"]) for w in again] == [
+        ("a", "lease_expired"),
+        ("c", "lease_expired"),
+    ]
 
 
 async def test_nothing_requeued_wakes_nobody(clock: Clock) -> None:

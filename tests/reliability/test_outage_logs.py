@@ -121,14 +121,18 @@ async def test_an_outage_logs_a_handful_of_warnings(
     await wait_for(
         lambda: _all_final(private_pg_setup), timeout=60, interval=0.5, message="every run final"
     )
-    # The reconnects of the listener and the last retries land within a few seconds.
-    await anyio.sleep(0)
+    await wait_for(
+        lambda: any(line.get("event") == "store.reachable" for line in log_lines(server)[before:]),
+        timeout=30,
+        message="the daemon says the database is back",
+    )
     lines = log_lines(server)[before:]
     warnings = [line for line in lines if line.get("level") in ("warning", "error", "critical")]
     events = Counter(str(line.get("event")) for line in warnings)
     summary = (
         f"outage of {outage_seconds:g}s: {len(warnings)} warnings or worse: {dict(events)}; "
-        f"{sum(len(json.dumps(w)) for w in warnings)} bytes"
+        f"{sum(len(json.dumps(w)) for w in warnings)} bytes\n"
+        + "\n".join(json.dumps(w) for w in warnings)
     )
     with capsys.disabled():
         print("\n" + summary)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -17,6 +18,7 @@ import asyncpg.exceptions as pgerr
 
 from runq.config import redact_url
 from runq.errors import StoreContention, StoreUnavailable
+from runq.log import get_logger
 from runq.loops import CONTENTION_BACKOFF
 from runq.metrics import STORE_RETRIES
 from runq.store.postgres.cluster import (
@@ -27,6 +29,8 @@ from runq.store.postgres.cluster import (
 )
 
 T = TypeVar("T")
+
+log = get_logger(__name__)
 
 #: Errors that mean "the database is not reachable right now", never "your request is wrong".
 #: OperatorIntervention covers admin shutdown, crash recovery and "cannot connect now";
@@ -94,6 +98,32 @@ def not_applied(error: BaseException) -> bool:
     server that takes no writes (a standby after a failover), so trying it again on a
     fresh connection, which goes to the new primary, cannot run a write twice."""
     return isinstance(error, (*NOT_SENT, *NOT_PRIMARY))
+
+
+class PoolFloorFilter(logging.Filter):
+    """asyncpg's pool logs a WARNING with a full traceback each time it fails to reopen
+    its minimum of connections ("Failed to restore the pool connection floor"): about once
+    a second per pool while the database is away, the same outage runq already reports
+    once (``store.unreachable``). Each becomes one debug line of runq's, without the
+    traceback; other records of the ``asyncpg.pool`` logger pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "connection floor" not in record.getMessage():
+            return True
+        error = record.exc_info[1] if record.exc_info else None
+        log.debug(
+            "store.pool_reconnect_failed",
+            error=(str(error) or type(error).__name__) if error else record.getMessage(),
+        )
+        return False
+
+
+_POOL_FLOOR_FILTER = PoolFloorFilter()
+
+
+def quiet_pool_floor_warnings() -> None:
+    """Install ``PoolFloorFilter`` on asyncpg's pool logger (once per process)."""
+    logging.getLogger("asyncpg.pool").addFilter(_POOL_FLOOR_FILTER)
 
 
 async def _reset_connection(con: asyncpg.Connection) -> None:
@@ -203,6 +233,7 @@ class Pool:
     async def connect(self) -> None:
         if self._pool is not None:
             return
+        quiet_pool_floor_warnings()
         try:
             self._pool = await asyncpg.create_pool(
                 self.url,

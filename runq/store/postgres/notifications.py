@@ -30,9 +30,10 @@ import asyncpg
 from anyio.abc import TaskStatus
 
 from runq.log import get_logger
-from runq.loops import LISTENER_BACKOFF, Backoff
+from runq.loops import LISTENER_BACKOFF, OUTAGE_LOG, Backoff
 from runq.metrics import STORE_ERRORS
 from runq.store.notifications import WAKE_MESSAGE, Notifications
+from runq.store.postgres.connection import is_outage
 
 log = get_logger(__name__)
 
@@ -136,11 +137,11 @@ class Listener:
         attempts = 0
         while True:
             self._held_for = 0.0
-            failure: str | None = None
+            failure: BaseException | None = None
             try:
                 await self._listen_once(task_status)
             except CONNECTION_LOST as e:
-                failure = str(e) or type(e).__name__
+                failure = e
             if self._held_for >= KEEPALIVE_SECONDS:
                 # A connection that held was a healthy period: this is a new outage.
                 attempts = 0
@@ -152,11 +153,17 @@ class Listener:
             self.connected = False
             await anyio.sleep(self._backoff.delay(attempts))
 
-    def _note_failure(self, error: str, delay: float) -> None:
-        """The first failure of an outage is a warning; the rest of it, debug lines."""
+    def _note_failure(self, failure: BaseException, delay: float) -> None:
+        """The first failure of an outage is one line (a warning of the process's outage
+        log when the database is away, ``store.unreachable``; else a warning of its own);
+        the rest of it, debug lines."""
+        error = str(failure) or type(failure).__name__
         if self._outage is None:
             self._outage = _Outage(started=anyio.current_time())
-            log.warning(
+            outage = is_outage(failure)
+            if outage:
+                OUTAGE_LOG.unreachable("listener", failure)
+            (log.info if outage else log.warning)(
                 "listener.disconnected",
                 error=error,
                 url=self._connector.target,
@@ -169,6 +176,7 @@ class Listener:
     def _note_connected(self) -> None:
         """The end of an outage, logged once with its length and attempts."""
         outage, self._outage = self._outage, None
+        OUTAGE_LOG.reachable("listener")
         if self._listened_once:
             self.reconnects += 1
             log.info(
