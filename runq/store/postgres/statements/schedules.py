@@ -117,8 +117,16 @@ def build_schedules(schema: str, offset: float) -> ScheduleStatements:
         recent_slots=f"""
             SELECT slot_at, run_id FROM {s}.schedule_slots WHERE schedule = $1
             ORDER BY slot_at DESC LIMIT $2""",
+        # Rows another replica's prune holds are left to it (SKIP LOCKED): two prunes of
+        # one schedule never wait for each other.
         prune_slots=f"""
-            WITH d AS (DELETE FROM {s}.schedule_slots WHERE schedule = $1 AND slot_at < $2
-                       RETURNING 1)
+            WITH gone AS MATERIALIZED (
+                SELECT slot_at FROM {s}.schedule_slots WHERE schedule = $1 AND slot_at < $2
+                ORDER BY slot_at FOR UPDATE SKIP LOCKED
+            ), d AS (
+                DELETE FROM {s}.schedule_slots
+                WHERE schedule = $1 AND slot_at = ANY(ARRAY(SELECT slot_at FROM gone))
+                RETURNING 1
+            )
             SELECT count(*) FROM d""",
     )
