@@ -16,6 +16,9 @@ import anyio
 import msgspec
 
 from runq.model import Actor, Run, Status
+from runq.queue import Queue
+from runq.worker.claimer import Claimer, ClaimerConfig
+from runq.worker.runtime import WorkerRuntime
 
 T = TypeVar("T")
 
@@ -163,3 +166,21 @@ def a_run(run_id: str = "r1", **changes: Any) -> Run:
         has_request=True,
     )
     return msgspec.structs.replace(run, **changes)
+
+
+def worker_of(
+    q: Queue, config: ClaimerConfig, *, store: Any = None, **runtime: Any
+) -> tuple[WorkerRuntime, Claimer]:
+    """A worker runtime over ``q`` and its claimer (which claims through ``store``, a
+    wrapper of the queue's store, when given); a freed slot wakes the claimer, as in the
+    daemon. ``runtime``: more ``WorkerRuntime`` arguments."""
+    claimers: list[Claimer] = []
+    made = WorkerRuntime(
+        store=q.store,
+        config=q.config,
+        components=q.components,
+        on_finished=lambda: claimers[0].slot_freed(),
+        **runtime,
+    )
+    claimers.append(Claimer(store or q.store, made, config))
+    return made, claimers[0]

@@ -27,7 +27,7 @@ from typing import Any
 
 import anyio
 import pytest
-from helpers import wait_for
+from helpers import wait_for, worker_of
 from pgcluster import PgCluster, PgClusterFactory
 from serve_harness import RunqSetup, database_for
 
@@ -35,7 +35,7 @@ from runq.context import RunContext
 from runq.metrics import REGISTRY
 from runq.model import Status
 from runq.queue import Queue
-from runq.worker.claimer import Claimer, ClaimerConfig
+from runq.worker.claimer import ClaimerConfig
 from runq.worker.heartbeat import HeartbeatConfig
 from runq.worker.runtime import WorkerRuntime
 
@@ -67,25 +67,17 @@ async def worker(
 ) -> AsyncIterator[WorkerRuntime]:
     """A worker of its own (its own store and pools, as another process would have)."""
     async with setup.queue(CONFIG) as q:
-        claimers: list[Claimer] = []
-        runtime = WorkerRuntime(
-            store=q.store,
-            config=q.config,
-            components=q.components,
-            on_finished=lambda: claimers[0].slot_freed(),
-            settle_until_decided=True,
-        )
+        config = replace(ClaimerConfig.from_config(q.config), max_concurrency=slots)
+        runtime, claimer = worker_of(q, config, settle_until_decided=True)
         if heartbeat is not None:
             runtime.heartbeat.config = HeartbeatConfig(interval=heartbeat)
-        config = replace(ClaimerConfig.from_config(q.config), max_concurrency=slots)
-        claimers.append(Claimer(q.store, runtime, config))
         async with runtime.active(batching=True), anyio.create_task_group() as tg:
-            tg.start_soon(claimers[0].run, tg)
+            tg.start_soon(claimer.run, tg)
             try:
                 yield runtime
             finally:
-                claimers[0].stop()
-                await claimers[0].wait_stopped()
+                claimer.stop()
+                await claimer.wait_stopped()
 
 
 async def produce(q: Queue, stop: anyio.Event, submitted: list[str]) -> None:

@@ -24,13 +24,16 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
 import asyncpg
 import asyncpg.exceptions as pgerr
 import pytest
-from conftest import PG_URL, TEST_KEY, drop_schema, new_schema_name, require_postgres
+from anyio.abc import TaskGroup
+from conftest import PG_URL, drop_schema, open_test_store
 from helpers import wait_for
 
 from runq.errors import StoreContention, StoreUnavailable
@@ -38,7 +41,6 @@ from runq.loops import is_outage
 from runq.metrics import REGISTRY
 from runq.model import Completion, Lease, NewEvent, NewRun
 from runq.seal import KeyRing
-from runq.store import make_store
 from runq.store.base import Store
 from runq.store.postgres.connection import CONTENTION_ATTEMPTS, Pool, session_settings
 
@@ -110,16 +112,12 @@ class Barrier:
 
 
 @pytest.fixture
-async def store() -> AsyncIterator[Store]:
-    require_postgres()
-    schema = new_schema_name()
-    store = make_store(PG_URL, schema=schema, sealer=KeyRing([TEST_KEY]))
-    await store.connect()
-    await store.migrate()
+async def store(tmp_path: Path, key_ring: KeyRing) -> AsyncIterator[Store]:
+    opened, _url, schema = await open_test_store("postgres", tmp_path, key_ring)
     try:
-        yield store
+        yield opened
     finally:
-        await store.close()
+        await opened.close()
         await drop_schema(schema)
 
 
@@ -141,42 +139,51 @@ async def _outcome(call: Callable[[], Awaitable[Any]], into: dict[str, Any], nam
         into[name] = e
 
 
+def _start(
+    tg: TaskGroup, found: dict[str, Any], name: str, conn: asyncpg.Connection, sql: str, *args: Any
+) -> None:
+    """Run one statement in the background; its rows (or its error) go to ``found``."""
+    tg.start_soon(_outcome, lambda: conn.fetch(sql, *args), found, name)
+
+
+@asynccontextmanager
+async def statements_at_a_barrier(
+    schema: str, *sessions: dict[str, str]
+) -> AsyncIterator[tuple[Barrier, TaskGroup, list[asyncpg.Connection]]]:
+    """A closed barrier on the run table, a task group, and one connection per session
+    (all closed afterwards); the barrier opens when the block ends, if it did not before."""
+    control = await _connect({})
+    conns = [await _connect(settings) for settings in sessions]
+    barrier = Barrier(control, schema)
+    try:
+        await barrier.install()
+        await barrier.close()
+        async with anyio.create_task_group() as tg:
+            try:
+                yield barrier, tg, conns
+            finally:
+                await barrier.open()
+    finally:
+        for conn in (*conns, control):
+            await conn.close()
+
+
 async def test_today_s_statements_deadlock_at_the_barrier(store: Store) -> None:
     schema = store.schema  # type: ignore[attr-defined]
     a, b = await _two_leases(store)
-    control = await _connect({})
-    completer = await _connect(IN_INPUT_ORDER)
-    heartbeat = await _connect(IN_INPUT_ORDER)
-    barrier = Barrier(control, schema)
-    await barrier.install()
-    await barrier.close()
+    complete, heartbeat = (q.format(s=schema) for q in (TODAY_COMPLETE, TODAY_HEARTBEAT))
     found: dict[str, Any] = {}
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(
-                _outcome,
-                lambda: completer.fetch(
-                    TODAY_COMPLETE.format(s=schema), WORKER, [b.run_id, a.run_id], [1, 1]
-                ),
-                found,
-                "complete",
-            )
-            tg.start_soon(
-                _outcome,
-                lambda: heartbeat.fetch(
-                    TODAY_HEARTBEAT.format(s=schema), WORKER, [a.run_id, b.run_id], [1, 1]
-                ),
-                found,
-                "heartbeat",
-            )
-            # Each holds its first row and waits at the barrier; then each wants the other's.
-            await wait_for(
-                lambda: _equals(barrier.waiting(), 2), timeout=10, message="both at the barrier"
-            )
-            await barrier.open()
-    finally:
-        for conn in (completer, heartbeat, control):
-            await conn.close()
+    async with statements_at_a_barrier(schema, IN_INPUT_ORDER, IN_INPUT_ORDER) as (
+        barrier,
+        tg,
+        (one, two),
+    ):
+        _start(tg, found, "complete", one, complete, WORKER, [b.run_id, a.run_id], [1, 1])
+        _start(tg, found, "heartbeat", two, heartbeat, WORKER, [a.run_id, b.run_id], [1, 1])
+        # Each holds its first row and waits at the barrier; then each wants the other's.
+        await wait_for(
+            lambda: _equals(barrier.waiting(), 2), timeout=10, message="both at the barrier"
+        )
     errors = [v for v in found.values() if isinstance(v, BaseException)]
     assert any(isinstance(e, pgerr.DeadlockDetectedError) for e in errors), found
 
@@ -184,59 +191,35 @@ async def test_today_s_statements_deadlock_at_the_barrier(store: Store) -> None:
 async def test_completion_heartbeat_and_event_append_never_wait_crosswise(store: Store) -> None:
     schema, sql = store.schema, store.statements  # type: ignore[attr-defined]
     a, b = await _two_leases(store)
-    control = await _connect({})
+    ba, ones = [b.run_id, a.run_id], [1, 1]
     runq_session = session_settings("runq-lock-order")
-    completer = await _connect(runq_session)
-    events = await _connect(runq_session)
-    barrier = Barrier(control, schema)
-    await barrier.install()
-    await barrier.close()
     found: dict[str, Any] = {}
-    try:
-        async with anyio.create_task_group() as tg:
-            # The completion, given its rows in the opposite order: it locks both in id
-            # order before it writes, then stops at the barrier holding both.
-            tg.start_soon(
-                _outcome,
-                lambda: completer.fetch(
-                    sql.complete,
-                    WORKER,
-                    [b.run_id, a.run_id],
-                    [1, 1],
-                    [None, None],
-                    ["completed", "completed"],
-                ),
-                found,
-                "complete",
-            )
-            await wait_for(
-                lambda: _equals(barrier.waiting(), 1), timeout=10, message="completion waits"
-            )
-            # The heartbeat does not wait: both rows are busy, neither renewed nor lost.
-            with anyio.fail_after(10):
-                beat = await store.heartbeat_many(WORKER, [b, a])
-            assert not beat.renewed
-            assert not beat.lost
-            assert {le.run_id for le in beat.busy} == {a.run_id, b.run_id}
-            # An event append of both runs waits for the completion's first row; it holds
-            # nothing the completion needs.
-            tg.start_soon(
-                _outcome,
-                lambda: events.fetch(
-                    sql.events_reserve_many, WORKER, [b.run_id, a.run_id], [1, 1], [1, 1]
-                ),
-                found,
-                "reserve",
-            )
-            await wait_for(
-                lambda: _at_least(_row_waiters(control, schema), 1),
-                timeout=10,
-                message="the event append waits for a row",
-            )
-            await barrier.open()
-    finally:
-        for conn in (completer, events, control):
-            await conn.close()
+    async with statements_at_a_barrier(schema, runq_session, runq_session) as (
+        barrier,
+        tg,
+        (completer, events),
+    ):
+        # The completion, given its rows in the opposite order: it locks both in id order
+        # before it writes, then stops at the barrier holding both.
+        answers, reasons = [None, None], ["completed", "completed"]
+        _start(tg, found, "complete", completer, sql.complete, WORKER, ba, ones, answers, reasons)
+        await wait_for(
+            lambda: _equals(barrier.waiting(), 1), timeout=10, message="completion waits"
+        )
+        # The heartbeat does not wait: both rows are busy, neither renewed nor lost.
+        with anyio.fail_after(10):
+            beat = await store.heartbeat_many(WORKER, [b, a])
+        assert not beat.renewed
+        assert not beat.lost
+        assert {le.run_id for le in beat.busy} == {a.run_id, b.run_id}
+        # An event append of both runs waits for the completion's first row; it holds
+        # nothing the completion needs.
+        _start(tg, found, "reserve", events, sql.events_reserve_many, WORKER, ba, ones, ones)
+        await wait_for(
+            lambda: _at_least(_row_waiters(barrier.conn, schema), 1),
+            timeout=10,
+            message="the event append waits for a row",
+        )
     assert not [v for v in found.values() if isinstance(v, BaseException)], found
     assert {r["id"] for r in found["complete"]} == {a.run_id, b.run_id}
     assert found["reserve"] == []  # completed meanwhile: the fence turned the append away

@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
-from helpers import wait_for
+from helpers import wait_for, worker_of
 from serve_harness import RunqSetup, runq_engine, runq_setup
 
 import runq.worker.claimer as claimer_module
@@ -78,16 +78,9 @@ class RecordingStore:
 
 def _worker(q: Queue, limit: int) -> tuple[RecordingStore, WorkerRuntime, Claimer]:
     store = RecordingStore(q.store)
-    claimers: list[Claimer] = []
-    runtime = WorkerRuntime(
-        store=q.store,
-        config=q.config,
-        components=q.components,
-        on_finished=lambda: claimers[0].slot_freed(),
-    )
     config = replace(ClaimerConfig.from_config(q.config), max_concurrency=limit, poll_interval=0.05)
-    claimers.append(Claimer(store, runtime, config))  # type: ignore[arg-type]
-    return store, runtime, claimers[0]
+    runtime, claimer = worker_of(q, config, store=store)
+    return store, runtime, claimer
 
 
 async def _completed(q: Queue) -> int:
