@@ -32,14 +32,15 @@ import common
 from runq.model import NewRun
 from runq.seal import KeyRing, decode_key, generate_key
 from runq.store.postgres import PostgresStore
+from runq.store.postgres.connection import session_settings
 from runq.store.postgres.statements import build as _build_sql
 
 SCHEMA = "runq"
 #: The session settings of runq's own pools (runq/store/postgres/connection.py): without
 #: force_generic_plan the claim is planned again on every call and the floor reads low.
-RUNQ_SESSION = {"jit": "off", "plan_cache_mode": "force_generic_plan"}
+RUNQ_SESSION = session_settings("runq-floor")
 #: ... and of its claim connections, whose commits do not wait for the WAL flush.
-RUNQ_CLAIM_SESSION = {**RUNQ_SESSION, "synchronous_commit": "off"}
+RUNQ_CLAIM_SESSION = session_settings("runq-floor claims", synchronous_commit=False)
 
 
 def fused_sql(sql: Any) -> str:
