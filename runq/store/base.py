@@ -4,6 +4,11 @@ Every verb is one conditional statement (or one short transaction on SQLite) who
 affected rows decide the winner; the loser changes nothing. Writes of a worker are
 fenced on ``(id, attempt, locked_by, status = 'running')``. Lease arithmetic and every
 timestamp use the database clock (plus ``clock_offset_seconds``, which only tests set).
+A statement that waits for several run rows takes them in id order, and a write the
+database aborted for contention (a deadlock with someone else's transaction, a
+serialization failure) is run again by the store; one that keeps being aborted raises
+``StoreContention``, a ``StoreUnavailable`` the callers retry (docs/INTERNALS.md, "Lock
+order").
 
 Sealed columns (payload, answer, resume_state, decision, error_detail) are sealed by the store with
 its ``Sealer`` on the way in and opened on the way out, so callers only see Python
